@@ -1,0 +1,63 @@
+"""Backends run the heavy work of each policy (generate, import peer responses, train, save, load).
+
+The trainer loop talks only to this interface and passes only plain records (`graft.types`,
+`graft.transfer`); it never imports a model, a process pool or Ray.
+- `inprocess`: every policy in the driver process, one after the other (one policy; debugging);
+- `processes`: one worker process per policy on this machine, each with its share of the cores,
+  working in parallel (the default for two or more policies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from graft.policy import PolicySpec
+from graft.rollout import SamplingParams
+from graft.transfer import Imported, PeerResponse
+from graft.types import Problem, Rollout, TrainGroup
+
+
+class Backend(Protocol):
+    names: tuple[str, ...]
+
+    def generate(
+        self,
+        problems: Sequence[Problem],
+        *,
+        n: int,
+        params: SamplingParams,
+        seeds: Mapping[str, int],
+    ) -> dict[str, list[Rollout]]: ...
+
+    def import_responses(
+        self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
+    ) -> dict[str, list[Imported]]: ...
+
+    def train(
+        self, batches: Mapping[str, Sequence[TrainGroup]], *, seeds: Mapping[str, int]
+    ) -> dict[str, dict[str, float]]: ...
+
+    def save(self, directory: Path) -> None: ...
+
+    def load(self, directory: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+BACKENDS = ("inprocess", "processes")
+
+
+def make_backend(specs: Sequence[PolicySpec], kind: str = "auto") -> Backend:
+    if kind == "auto":
+        kind = "processes" if len(specs) > 1 else "inprocess"
+    if kind == "inprocess":
+        from graft.backends.inprocess import InProcessBackend
+
+        return InProcessBackend(specs)
+    if kind == "processes":
+        from graft.backends.processes import ProcessBackend
+
+        return ProcessBackend(specs)
+    raise ValueError(f"unknown run.backend {kind!r}; known: auto, {', '.join(BACKENDS)}")

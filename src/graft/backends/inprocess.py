@@ -1,0 +1,54 @@
+"""All policies in the driver process, one after the other."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from graft.policy import Policy, PolicySpec
+from graft.rollout import SamplingParams
+from graft.transfer import Imported, PeerResponse
+from graft.types import Problem, Rollout, TrainGroup
+
+
+class InProcessBackend:
+    def __init__(self, specs: Sequence[PolicySpec]) -> None:
+        self.policies = {s.model.name: Policy(s) for s in specs}
+        self.names = tuple(self.policies)
+
+    def generate(
+        self,
+        problems: Sequence[Problem],
+        *,
+        n: int,
+        params: SamplingParams,
+        seeds: Mapping[str, int],
+    ) -> dict[str, list[Rollout]]:
+        return {
+            name: p.generate(problems, n=n, params=params, seed=seeds[name])
+            for name, p in self.policies.items()
+        }
+
+    def import_responses(
+        self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
+    ) -> dict[str, list[Imported]]:
+        return {
+            name: self.policies[name].import_responses(reqs, too_long=too_long)
+            for name, reqs in requests.items()
+        }
+
+    def train(
+        self, batches: Mapping[str, Sequence[TrainGroup]], *, seeds: Mapping[str, int]
+    ) -> dict[str, dict[str, float]]:
+        return {name: self.policies[name].train(b, seed=seeds[name]) for name, b in batches.items()}
+
+    def save(self, directory: Path) -> None:
+        for name, p in self.policies.items():
+            p.save(directory / name)
+
+    def load(self, directory: Path) -> None:
+        for name, p in self.policies.items():
+            p.load(directory / name)
+
+    def close(self) -> None:
+        self.policies.clear()

@@ -1,0 +1,172 @@
+"""One worker process per policy on this machine, working in parallel.
+
+Each worker builds its `Policy` from a `PolicySpec` and serves method calls over a pipe. A call to
+several policies is sent to all of them before any answer is awaited, so they compute at the same
+time, each with its own share of the cores (`PolicySpec.threads`). Only graft's own records cross
+the pipe, between processes of the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import pickle
+import signal
+import traceback
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from graft.policy import Policy, PolicySpec
+from graft.procutil import die_with_parent
+from graft.rollout import SamplingParams
+from graft.transfer import Imported, PeerResponse
+from graft.types import Problem, Rollout, TrainGroup
+
+
+class PolicyWorkerError(RuntimeError):
+    """A policy's worker process failed or died; the message names the policy."""
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """The exception itself when it survives pickling, else a RuntimeError with its traceback."""
+    text = "".join(traceback.format_exception(exc))
+    try:
+        pickle.loads(pickle.dumps(exc))
+        exc.add_note(f"in the policy worker:\n{text}")
+        return exc
+    except Exception:
+        return RuntimeError(text)
+
+
+def _serve(conn: Connection, spec: PolicySpec) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    die_with_parent()
+    try:
+        policy = Policy(spec)
+    except BaseException as exc:
+        conn.send(("error", _portable(exc)))
+        return
+    conn.send(("ok", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        method, args, kwargs = message
+        try:
+            conn.send(("ok", getattr(policy, method)(*args, **kwargs)))
+        except BaseException as exc:
+            conn.send(("error", _portable(exc)))
+
+
+class ProcessBackend:
+    def __init__(self, specs: Sequence[PolicySpec], *, start_method: str = "spawn") -> None:
+        ctx = multiprocessing.get_context(start_method)
+        self.names = tuple(s.model.name for s in specs)
+        self._conns: dict[str, Connection] = {}
+        self._procs: dict[str, multiprocessing.process.BaseProcess] = {}
+        for spec in specs:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=_serve,
+                args=(child, spec),
+                name=f"graft-policy-{spec.model.name}",
+                daemon=True,
+            )
+            proc.start()
+            child.close()
+            self._conns[spec.model.name], self._procs[spec.model.name] = parent, proc
+        try:
+            self._gather(self.names)
+        except BaseException:
+            self.close()
+            raise
+
+    def _gather(self, names: Sequence[str]) -> dict[str, Any]:
+        """Receive one answer from each named worker; raise the first error after all answered."""
+        results: dict[str, Any] = {}
+        errors: list[BaseException] = []
+        for name in names:
+            try:
+                status, value = self._conns[name].recv()
+            except (EOFError, OSError):
+                proc = self._procs[name]
+                proc.join(timeout=5)
+                errors.append(
+                    PolicyWorkerError(
+                        f"policy {name!r}: its worker process died (exit code {proc.exitcode})"
+                    )
+                )
+                continue
+            if status == "ok":
+                results[name] = value
+            else:
+                errors.append(value)
+        if errors:
+            raise errors[0]
+        return results
+
+    def _call(self, calls: Mapping[str, tuple[str, tuple, dict]]) -> dict[str, Any]:
+        for name, (method, args, kwargs) in calls.items():
+            try:
+                self._conns[name].send((method, args, kwargs))
+            except (BrokenPipeError, OSError) as exc:
+                raise PolicyWorkerError(f"policy {name!r}: its worker process is gone") from exc
+        return self._gather(list(calls))
+
+    def generate(
+        self,
+        problems: Sequence[Problem],
+        *,
+        n: int,
+        params: SamplingParams,
+        seeds: Mapping[str, int],
+    ) -> dict[str, list[Rollout]]:
+        problems = list(problems)
+        return self._call(
+            {
+                name: ("generate", (problems,), {"n": n, "params": params, "seed": seeds[name]})
+                for name in self.names
+            }
+        )
+
+    def import_responses(
+        self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
+    ) -> dict[str, list[Imported]]:
+        return self._call(
+            {
+                name: ("import_responses", (list(reqs),), {"too_long": too_long})
+                for name, reqs in requests.items()
+            }
+        )
+
+    def train(
+        self, batches: Mapping[str, Sequence[TrainGroup]], *, seeds: Mapping[str, int]
+    ) -> dict[str, dict[str, float]]:
+        return self._call(
+            {name: ("train", (list(b),), {"seed": seeds[name]}) for name, b in batches.items()}
+        )
+
+    def save(self, directory: Path) -> None:
+        self._call({name: ("save", (str(directory / name),), {}) for name in self.names})
+
+    def load(self, directory: Path) -> None:
+        self._call({name: ("load", (str(directory / name),), {}) for name in self.names})
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            with contextlib.suppress(BrokenPipeError, OSError):
+                conn.send(None)
+        for proc in self._procs.values():
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        self._procs.clear()

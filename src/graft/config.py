@@ -1,0 +1,372 @@
+"""Run configuration: nested frozen dataclasses, one docstring per field.
+
+Loaded from YAML, then dotted overrides (`--set algo.clip_high=0.28 --set models.0.optim.lr=1e-5`).
+Unknown keys, wrong types and inconsistent sizes fail before any work, naming the key. Derived sizes
+live in `Plan`, computed once and never written back into the config.
+
+Defaults follow the GRAFT paper's recipe where it fixes a value (clip 0.2/0.28, token-mean loss,
+no KL, AdamW (0.9, 0.999), wd 0.01, grad clip 1.0, temperature 1, top-p 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from graft.configlib import ConfigError, load_config, to_dict
+
+__all__ = [
+    "AlgoConfig",
+    "ArithmeticConfig",
+    "Config",
+    "ConfigError",
+    "EvalConfig",
+    "ExchangeConfig",
+    "MathDataConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "Plan",
+    "RolloutConfig",
+    "RunConfig",
+    "TaskConfig",
+    "VerifyConfig",
+    "load_config",
+    "make_plan",
+    "to_dict",
+]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    out_dir: str = "runs/graft"
+    """Run directory: config.yaml, metrics.jsonl, checkpoints/ are written here."""
+    seed: int = 0
+    """Seed for prompt order, sampling and initialisation of everything random in the run."""
+    steps: int = 50
+    """Number of rollout steps (one rollout batch and its update per step)."""
+    save_every: int = 25
+    """Checkpoint every this many steps (and always after the last step); 0: only at the end."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep (older ones are deleted)."""
+    threads: int = 0
+    """Torch intra-op threads per policy; 0 divides the machine's cores among the policies."""
+    tensorboard: bool = True
+    """Also write TensorBoard event files when the `tensorboard` extra is installed."""
+    progress: bool = True
+    """Show a progress bar on the console."""
+    backend: Literal["auto", "inprocess", "processes"] = "auto"
+    """Where policies run: `processes` (one worker process per policy, in parallel), `inprocess`
+    (all in the driver, one after the other); `auto`: inprocess for one policy, else processes."""
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    skills: tuple[str, ...] = ("add:2,2",)
+    """Skill specs, mixed uniformly: `add:2,2` (two 2-digit operands), `mul:3,1` (3-digit times
+    1-digit), `mul:3,1:2-5` (second operand restricted to 2..5), `chain:1,1,1` (a+b+c)."""
+    scratchpad: bool = False
+    """Responses show the place-value working (`347*6=300*6+40*6+7*6=...=2082`) first."""
+    num_train: int = 4000
+    """Training problems (at most; fewer when the skill's problem space is smaller)."""
+    num_test: int = 500
+    """Held-out problems, disjoint from the training problems."""
+    seed: int = 1234
+    """Seed of the problem set itself (kept apart from run.seed so runs share one problem set)."""
+
+
+@dataclass(frozen=True)
+class MathDataConfig:
+    train: str = ""
+    """Training data: a .jsonl or .parquet path, or a Hugging Face dataset name (needs network)."""
+    test: str = ""
+    """Held-out data, same forms as `train`; empty: none."""
+    train_split: str = "train"
+    """Split name when `train` is a Hugging Face dataset."""
+    test_split: str = "test"
+    """Split name when `test` is a Hugging Face dataset."""
+    subset: str = ""
+    """Hugging Face dataset configuration name, if the dataset has several."""
+    problem_column: str = "problem"
+    """Column holding the problem text."""
+    answer_column: str = "answer"
+    """Column holding the gold answer (LaTeX or plain)."""
+    suffix: str = " Let's think step by step and output the final answer within \\boxed{}."
+    """Appended to every problem to form the task prompt (the paper's instruction)."""
+    limit: int = 0
+    """Use at most this many rows of each file; 0: all."""
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: Literal["arithmetic", "math"] = "arithmetic"
+    """Which task family: built-in synthetic arithmetic, or math problems read from data files."""
+    arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    """Settings of the synthetic arithmetic task."""
+    math: MathDataConfig = field(default_factory=MathDataConfig)
+    """Settings of the math-from-data task."""
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    workers: int = 2
+    """Verifier worker processes."""
+    timeout_s: float = 5.0
+    """Hard per-response time limit; a worker past it is killed, the response scored `timeout`."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-6
+    """AdamW learning rate (constant after warm-up)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value per optimizer step; 0: off."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up over this many optimizer steps."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "policy"
+    """Short name; metrics of this policy are logged under `m/<name>/...` when several train."""
+    path: str = "tiny:llama-char-add"
+    """Hugging Face hub name, local directory, local .gguf file, or `tiny:<preset>` (built here)."""
+    tokenizer: str = ""
+    """Tokenizer name or path when it differs from `path`."""
+    revision: str = ""
+    """Hub revision (branch, tag or commit) to load; empty: the default branch."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype used for generation and training."""
+    prompt_template: str = "{prompt}"
+    """How this policy sees a task prompt; `{prompt}` is replaced by the task text."""
+    chat_template: bool = False
+    """Wrap the templated prompt as a user turn with the tokenizer's chat template."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """This policy's optimizer."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    prompts_per_step: int = 16
+    """Prompts in each rollout batch; every policy sees the same prompts."""
+    group_size: int = 8
+    """Responses sampled per prompt (n); at least 2."""
+    max_new_tokens: int = 64
+    """Response length limit; a response cut here has finish_reason `length`."""
+    max_prompt_tokens: int = 512
+    """Prompts longer than this (after the template) are an error."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs for training use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling; keep 1.0 for training (truncation biases importance ratios)."""
+    top_k: int = 0
+    """Top-k sampling; 0: off."""
+    batch_size: int = 0
+    """Sequences generated at once; 0: the whole rollout batch."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    advantage: Literal["grpo", "drgrpo"] = "grpo"
+    """`grpo`: (r - mean) / (std + eps), unbiased std; `drgrpo`: r - mean (Dr. GRPO, no std)."""
+    adv_eps: float = 1e-6
+    """Epsilon added to the group std."""
+    clip_low: float = 0.2
+    """Lower ratio clip: rho >= 1 - clip_low."""
+    clip_high: float = 0.28
+    """Upper ratio clip: rho <= 1 + clip_high (DAPO clip-higher)."""
+    dual_clip: float = 0.0
+    """Dual-clip constant for negative advantages (verl uses 3.0); 0: off, as in the paper."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "constant"] = "token-mean"
+    """Loss reduction: mean over all tokens of the minibatch (DAPO), mean of per-sequence means,
+    or token sum divided by sequences x `loss_constant` (Dr. GRPO)."""
+    loss_constant: int = 0
+    """Per-sequence normaliser of the `constant` reduction; 0: rollout.max_new_tokens."""
+    minibatches: int = 4
+    """Optimizer steps per rollout batch; the batch is split by prompts, groups kept whole."""
+    micro_batch_size: int = 32
+    """Sequences per forward/backward pass; gradients accumulate over a minibatch."""
+    epochs: int = 1
+    """Passes over the rollout batch."""
+    kl_coef: float = 0.0
+    """Coefficient of the k3 KL penalty to the initial policy; 0: off (the paper uses none)."""
+    recompute_old_logprobs: bool = False
+    """Recompute behavior log-probs with a forward pass instead of reusing generation log-probs."""
+    ratio: Literal["token", "sequence"] = "token"
+    """Importance ratio per token (PPO, GRAFT) or one per response (GSPO-style; an ablation)."""
+
+
+@dataclass(frozen=True)
+class ExchangeConfig:
+    enabled: bool = True
+    """Exchange groups between policies (GRAFT); false trains each policy with plain GRPO."""
+    balancing: bool = True
+    """Transfer the same number m of prompts each way (paper section 2); two policies only
+    rank-and-cut, see docs/method.md for more than two."""
+    delta: float = 0.8
+    """Admission floor: a peer response with compatibility s <= delta is dropped."""
+    weight: Literal["paper", "none", "per_byte", "receiver_relative"] = "paper"
+    """Compatibility score s: `paper` exp(mean logp_R - mean logp_S); `none` w = 1 for all;
+    `per_byte` exp((sum logp_R - sum logp_S) / UTF-8 bytes); `receiver_relative`
+    exp(mean logp_R(peer) - mean over the receiver's own responses of mean logp_R)."""
+    eos_in_score: bool = True
+    """Count the EOS token in the mean log-likelihoods of s (on both sides alike)."""
+    replacement: Literal["whole", "success_only", "pooled"] = "whole"
+    """`whole`: the peer's whole group with its own advantages (paper); `success_only`: only its
+    correct responses; `pooled`: receiver + peer responses, advantages over the pooled rewards."""
+    peer_position: Literal["last", "first", "uniform"] = "last"
+    """Where minibatches holding peer groups go in the update (paper: last)."""
+    selection: Literal["gate", "random"] = "gate"
+    """`random`: a control that grafts as many prompts as the gate would, chosen at random."""
+    admission: Literal["weight", "random"] = "weight"
+    """`random`: a control that admits as many responses as the weight rule would, at random
+    (admitted ones get w = 1)."""
+    peer_update: Literal["graft", "sgt", "luffy"] = "graft"
+    """`sgt`: keep GRPO and add sgt_coef x NLL of one random correct peer response per selected
+    prompt; `luffy`: peer tokens use pi / (pi + luffy_gamma), behavior prob 1, no clip."""
+    sgt_coef: float = 0.1
+    """Coefficient of the SGT supervised term."""
+    luffy_gamma: float = 0.1
+    """gamma of the LUFFY-style shaping f(pi) = pi / (pi + gamma)."""
+    too_long: Literal["drop", "truncate"] = "drop"
+    """A re-tokenized peer response longer than rollout.max_new_tokens: drop it, or cut it."""
+    warn_after: int = 10
+    """Warn when a direction has had candidates but admitted nothing for this many steps."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 0
+    """Evaluate on held-out problems every this many steps (and at step 0 and the end); 0: never."""
+    num_problems: int = 200
+    """Held-out problems per evaluation (the first ones of the test split)."""
+    samples: int = 1
+    """Samples per problem (k of avg@k)."""
+    temperature: float = 0.0
+    """Evaluation sampling temperature; 0: greedy."""
+    top_p: float = 1.0
+    """Evaluation nucleus sampling."""
+    max_new_tokens: int = 0
+    """Response limit for evaluation; 0: rollout.max_new_tokens."""
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    """Where and how long to run."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """What to train on."""
+    models: tuple[ModelConfig, ...] = field(default_factory=lambda: (ModelConfig(),))
+    """Policies to train; one for plain GRPO."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling of the rollout batch."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Policy-gradient objective and update schedule."""
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    """GRAFT peer-group exchange (used when two or more models train)."""
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    """The verifier pool."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Held-out evaluation during training."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes derived from a config, computed once."""
+
+    prompts_per_step: int
+    group_size: int
+    sequences_per_step: int
+    minibatches: int
+    prompts_per_minibatch: int
+    loss_constant: int
+    eval_max_new_tokens: int
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}")
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks; raises ConfigError naming the offending key."""
+    r, a = cfg.rollout, cfg.algo
+    _check(r.group_size >= 2, "rollout.group_size", f"must be >= 2 (got {r.group_size})")
+    _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
+    _check(a.minibatches >= 1, "algo.minibatches", "must be >= 1")
+    _check(
+        r.prompts_per_step % a.minibatches == 0,
+        "algo.minibatches",
+        f"rollout.prompts_per_step={r.prompts_per_step} is not divisible by "
+        f"algo.minibatches={a.minibatches}",
+    )
+    _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+    _check(r.temperature > 0, "rollout.temperature", "must be > 0 for training rollouts")
+    _check(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1] (got {r.top_p})")
+    _check(r.top_k >= 0, "rollout.top_k", "must be >= 0")
+    _check(r.batch_size >= 0, "rollout.batch_size", "must be >= 0")
+    _check(0 <= a.clip_low < 1, "algo.clip_low", f"must be in [0, 1) (got {a.clip_low})")
+    _check(a.clip_high >= 0, "algo.clip_high", "must be >= 0")
+    _check(a.dual_clip == 0 or a.dual_clip > 1, "algo.dual_clip", "must be 0 (off) or > 1")
+    _check(a.micro_batch_size >= 1, "algo.micro_batch_size", "must be >= 1")
+    _check(a.epochs >= 1, "algo.epochs", "must be >= 1")
+    _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
+    _check(a.adv_eps >= 0, "algo.adv_eps", "must be >= 0")
+    _check(a.loss_constant >= 0, "algo.loss_constant", "must be >= 0")
+    _check(cfg.run.steps >= 1, "run.steps", "must be >= 1")
+    _check(cfg.run.save_every >= 0, "run.save_every", "must be >= 0")
+    _check(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
+    _check(cfg.verify.workers >= 1, "verify.workers", "must be >= 1")
+    _check(cfg.verify.timeout_s > 0, "verify.timeout_s", "must be > 0")
+    _check(len(cfg.models) >= 1, "models", "list at least one model")
+    names = [m.name for m in cfg.models]
+    for i, m in enumerate(cfg.models):
+        _check(bool(m.name), f"models.{i}.name", "must not be empty")
+        _check(names.count(m.name) == 1, f"models.{i}.name", f"duplicate model name {m.name!r}")
+        _check(
+            m.name.replace("-", "").replace("_", "").isalnum(),
+            f"models.{i}.name",
+            f"use letters, digits, '-' and '_' only (got {m.name!r})",
+        )
+        _check(bool(m.path), f"models.{i}.path", "must not be empty")
+        _check(
+            "{prompt}" in m.prompt_template,
+            f"models.{i}.prompt_template",
+            "must contain the placeholder {prompt}",
+        )
+        _check(m.optim.lr > 0, f"models.{i}.optim.lr", "must be > 0")
+        _check(m.optim.grad_clip >= 0, f"models.{i}.optim.grad_clip", "must be >= 0")
+    t = cfg.task
+    if t.name == "math":
+        _check(bool(t.math.train), "task.math.train", "set a data file or dataset name")
+    else:
+        _check(len(t.arithmetic.skills) >= 1, "task.arithmetic.skills", "list at least one skill")
+        _check(t.arithmetic.num_train >= 1, "task.arithmetic.num_train", "must be >= 1")
+    x = cfg.exchange
+    _check(0 <= x.delta < 1e9, "exchange.delta", "must be >= 0")
+    _check(x.sgt_coef >= 0, "exchange.sgt_coef", "must be >= 0")
+    _check(x.luffy_gamma > 0, "exchange.luffy_gamma", "must be > 0")
+    _check(x.warn_after >= 1, "exchange.warn_after", "must be >= 1")
+    e = cfg.eval
+    _check(e.every >= 0, "eval.every", "must be >= 0")
+    _check(e.samples >= 1, "eval.samples", "must be >= 1")
+    _check(e.temperature >= 0, "eval.temperature", "must be >= 0")
+
+
+def make_plan(cfg: Config) -> Plan:
+    validate(cfg)
+    r, a = cfg.rollout, cfg.algo
+    return Plan(
+        prompts_per_step=r.prompts_per_step,
+        group_size=r.group_size,
+        sequences_per_step=r.prompts_per_step * r.group_size,
+        minibatches=a.minibatches,
+        prompts_per_minibatch=r.prompts_per_step // a.minibatches,
+        loss_constant=a.loss_constant or r.max_new_tokens,
+        eval_max_new_tokens=cfg.eval.max_new_tokens or r.max_new_tokens,
+    )

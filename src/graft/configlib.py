@@ -1,0 +1,235 @@
+"""Generic, strict loading of nested frozen dataclasses from YAML and dotted overrides.
+
+Kept apart from `config.py` so that the config file reads as a list of fields with their docs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config problem, reported before any work starts; the message names the key."""
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin is tuple:
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"list of {_type_name(args[0])}"
+        return f"list of {len(args)} values ({', '.join(_type_name(a) for a in args)})"
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`, converting YAML scalars where unambiguous."""
+    origin = get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return from_dict(tp, value, prefix=key)
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"{key}: must be one of {_type_name(tp)} (got {value!r})")
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{key}: expected {_type_name(tp)} (got {value!r})")
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(v, args[0], f"{key}.{i}") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"{key}: expected {len(args)} values, got {len(value)}")
+        return tuple(_convert(v, a, f"{key}.{i}") for i, (v, a) in enumerate(zip(value, args)))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-5" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    raise ConfigError(f"{key}: unsupported field type {tp!r}")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
+    """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ConfigError."""
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in names:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            close = [n for n in sorted(names) if n.startswith(str(key)[:3])]
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {sorted(names)}"
+            raise ConfigError(f"{where}: unknown key{hint}")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else name
+        kwargs[name] = _convert(value, hints[name], key)
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain YAML-able structure of a (nested) dataclass."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple | list):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def _parse_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply `a.b.0.c=value` to a plain dict in place (list entries by index)."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE")
+    dotted, raw = assignment.split("=", 1)
+    parts = dotted.strip().split(".")
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        where = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"{where}: no list entry {part} (the list has {len(node)})")
+            node = node[int(part)]
+        else:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict | list):
+                raise ConfigError(f"{where}: is a value, not a section")
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ConfigError(f"{dotted}: no list entry {last} (the list has {len(node)})")
+        node[int(last)] = _parse_scalar(raw)
+    else:
+        node[last] = _parse_scalar(raw)
+
+
+def load_config(
+    cls: type[T], path: str | Path | None = None, overrides: typing.Sequence[str] = ()
+) -> T:
+    """Read YAML at `path` (optional), apply dotted overrides, build and validate `cls`."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: the top level must be a mapping")
+        data = loaded or {}
+    if overrides:
+        data = _with_defaults_for_lists(cls, data)
+    for assignment in overrides:
+        apply_override(data, assignment)
+    cfg = from_dict(cls, data)
+    validate = getattr(inspect.getmodule(cls), "validate", None)
+    if callable(validate):
+        validate(cfg)
+    return cfg
+
+
+def _with_defaults_for_lists(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """Fill list fields absent from `data` with their defaults so that `models.0.x=...` works."""
+    out = dict(data)
+    for f in dataclasses.fields(cls):
+        hint = get_type_hints(cls)[f.name]
+        if f.name not in out:
+            if get_origin(hint) is tuple:
+                default = (
+                    f.default_factory()
+                    if f.default_factory is not dataclasses.MISSING
+                    else f.default
+                )  # type: ignore[misc]
+                out[f.name] = to_dict(default)
+        elif dataclasses.is_dataclass(hint) and isinstance(out[f.name], dict):
+            out[f.name] = _with_defaults_for_lists(hint, out[f.name])
+    return out
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string literal below each field)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    body = ast.parse(source).body[0]
+    docs: dict[str, str] = {}
+    stmts = getattr(body, "body", [])
+    for stmt, nxt in zip(stmts, [*stmts[1:], None]):
+        is_field = isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+        if is_field and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[stmt.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """Rows (key, type, default, doc) for every leaf field, for `graft config --help`."""
+    rows = []
+    hints = get_type_hints(cls)
+    docs = field_docs(cls)
+    default_obj = cls()
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        value = getattr(default_obj, f.name)
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe(tp, prefix=f"{key}."))
+        elif get_origin(tp) is tuple and get_args(tp) and dataclasses.is_dataclass(get_args(tp)[0]):
+            rows.append((key, f"list of {get_args(tp)[0].__name__}", "", docs.get(f.name, "")))
+            rows.extend(describe(get_args(tp)[0], prefix=f"{key}.N."))
+        else:
+            rows.append((key, _type_name(tp), repr(to_dict(value)), docs.get(f.name, "")))
+    return rows

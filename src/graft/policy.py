@@ -1,0 +1,279 @@
+"""A policy: one model with its tokenizer, prompt template, optimizer and sampler.
+
+This is the unit of heavy work (generate, score, train, save, load). The trainer never touches a
+model directly; it talks to policies through a backend (in this process, worker processes, Ray
+actors) using only the plain records of `graft.types`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from graft.config import AlgoConfig, ModelConfig, RolloutConfig
+from graft.errors import DataError
+from graft.modeling import score_sequences
+from graft.models import load_model_and_tokenizer
+from graft.rollout import SamplingParams, sample
+from graft.transfer import Imported, PeerResponse
+from graft.types import Completion, Problem, Rollout, TrainGroup
+from graft.update import UpdateSettings, train_on_batch
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any labels (run seed, step, policy, purpose): stable across processes."""
+    text = "\x1f".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Everything a worker needs to build a policy (plain data, picklable)."""
+
+    model: ModelConfig
+    rollout: RolloutConfig
+    algo: AlgoConfig
+    seed: int
+    threads: int = 0
+    cache_dir: str = ""
+    index: int = 0
+    """Position in the config's model list (for error messages: models.<index>)."""
+    peer_position: str = "last"
+    luffy_gamma: float = 0.1
+
+
+def update_settings(spec: PolicySpec, minibatches: int | None = None) -> UpdateSettings:
+    a = spec.algo
+    return UpdateSettings(
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        dual_clip=a.dual_clip,
+        loss_agg=a.loss_agg,
+        loss_constant=a.loss_constant or spec.rollout.max_new_tokens,
+        minibatches=minibatches or a.minibatches,
+        micro_batch_size=a.micro_batch_size,
+        epochs=a.epochs,
+        kl_coef=a.kl_coef,
+        grad_clip=spec.model.optim.grad_clip,
+        temperature=spec.rollout.temperature,
+        ratio=a.ratio,
+        peer_position=spec.peer_position,
+        luffy_gamma=spec.luffy_gamma,
+    )
+
+
+class Policy:
+    def __init__(self, spec: PolicySpec) -> None:
+        if spec.threads > 0:
+            torch.set_num_threads(spec.threads)
+        self.spec = spec
+        self.name = spec.model.name
+        cache = Path(spec.cache_dir) if spec.cache_dir else None
+        self.model, self.tokenizer = load_model_and_tokenizer(
+            spec.model, cache_dir=cache, key=f"models.{spec.index}"
+        )
+        self.model.eval()  # no dropout in RL updates; gradients still flow
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.stop_ids = self._stop_ids()
+        self.ref_model = None
+        if spec.algo.kl_coef > 0:
+            self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
+        o = spec.model.optim
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+        self.num_updates = 0
+        self._prompt_cache: dict[str, tuple[int, ...]] = {}
+
+    # ----------------------------------------------------------------- prompts and tokens
+    def _stop_ids(self) -> tuple[int, ...]:
+        ids = {int(self.tokenizer.eos_token_id)}
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if isinstance(gen_eos, int):
+            ids.add(gen_eos)
+        elif isinstance(gen_eos, list | tuple):
+            ids.update(int(i) for i in gen_eos)
+        return tuple(sorted(ids))
+
+    def prompt_text(self, task_prompt: str) -> str:
+        """The task prompt in this policy's own template (and chat template when configured)."""
+        text = self.spec.model.prompt_template.replace("{prompt}", task_prompt)
+        if self.spec.model.chat_template:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+        return text
+
+    def prompt_ids(self, task_prompt: str) -> tuple[int, ...]:
+        cached = self._prompt_cache.get(task_prompt)
+        if cached is not None:
+            return cached
+        text = self.prompt_text(task_prompt)
+        # A chat template already holds the special tokens the model expects.
+        ids = tuple(
+            self.tokenizer.encode(text, add_special_tokens=not self.spec.model.chat_template)
+        )
+        limit = self.spec.rollout.max_prompt_tokens
+        if len(ids) > limit:
+            raise DataError(
+                f"policy {self.name}: prompt is {len(ids)} tokens, over rollout.max_prompt_tokens="
+                f"{limit}: {task_prompt[:80]!r}"
+            )
+        if not ids:
+            raise DataError(f"policy {self.name}: prompt {task_prompt[:80]!r} encodes to no tokens")
+        if len(self._prompt_cache) > 100_000:
+            self._prompt_cache.clear()
+        self._prompt_cache[task_prompt] = ids
+        return ids
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    # ----------------------------------------------------------------- heavy work
+    def generate(
+        self, problems: Sequence[Problem], *, n: int, params: SamplingParams, seed: int
+    ) -> list[Rollout]:
+        """n samples for each problem, drawn from a generator seeded with `seed`."""
+        prompt_ids_P = [self.prompt_ids(p.prompt) for p in problems]
+        rows = [ids for ids in prompt_ids_P for _ in range(n)]
+        generator = torch.Generator().manual_seed(seed)
+        samples = sample(
+            self.model,
+            rows,
+            params,
+            stop_ids=self.stop_ids,
+            pad_id=self.pad_id,
+            generator=generator,
+            batch_size=self.spec.rollout.batch_size,
+        )
+        rollouts = []
+        for i, (problem, ids) in enumerate(zip(problems, prompt_ids_P)):
+            completions = tuple(
+                Completion(
+                    text=self.decode(s.token_ids),
+                    token_ids=s.token_ids,
+                    logprobs=s.logprobs,
+                    finish_reason=s.finish_reason,
+                )
+                for s in samples[i * n : (i + 1) * n]
+            )
+            rollouts.append(Rollout(problem, self.name, ids, completions))
+        return rollouts
+
+    def score(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+    ) -> list[tuple[float, ...]]:
+        """Behavior log-probs (current weights, rollout temperature) of given token sequences."""
+        return score_sequences(
+            self.model,
+            prompts,
+            responses,
+            pad_id=self.pad_id,
+            temperature=self.spec.rollout.temperature,
+            batch_size=self.spec.algo.micro_batch_size,
+        )
+
+    def import_responses(
+        self, requests: Sequence[PeerResponse], *, too_long: str = "drop"
+    ) -> list[Imported]:
+        """Peer response strings in this policy's own tokenization, with its behavior log-probs.
+
+        The prompt is built with this policy's template; the text is encoded without special
+        tokens; this policy's EOS is appended when the peer stopped on EOS, none when it was cut at
+        the length limit. Longer than rollout.max_new_tokens: dropped (or truncated).
+        """
+        limit = self.spec.rollout.max_new_tokens
+        eos = int(self.tokenizer.eos_token_id)
+        out: list[Imported | None] = []
+        keep_prompts, keep_responses, keep_at = [], [], []
+        for req in requests:
+            prompt_ids = self.prompt_ids(req.task_prompt)
+            ids = list(self.tokenizer.encode(req.text, add_special_tokens=False))
+            roundtrip = self.decode(ids) == req.text
+            if req.stopped:
+                ids.append(eos)
+            truncated = False
+            if len(ids) > limit and too_long == "truncate":
+                ids, truncated = ids[:limit], True
+            drop = "empty" if not ids else "too_long" if len(ids) > limit else ""
+            if drop:
+                out.append(Imported(prompt_ids, (), (), drop=drop, roundtrip_ok=roundtrip))
+                continue
+            out.append(None)
+            keep_at.append((len(out) - 1, prompt_ids, tuple(ids), truncated, roundtrip))
+            keep_prompts.append(prompt_ids)
+            keep_responses.append(ids)
+        scores = self.score(keep_prompts, keep_responses) if keep_prompts else []
+        for (pos, prompt_ids, ids, truncated, roundtrip), logprobs in zip(keep_at, scores):
+            out[pos] = Imported(
+                prompt_ids, ids, logprobs, truncated=truncated, roundtrip_ok=roundtrip
+            )
+        return [imp for imp in out if imp is not None]
+
+    def _set_lr(self) -> float:
+        o = self.spec.model.optim
+        self.num_updates += 1
+        scale = min(1.0, self.num_updates / o.warmup_steps) if o.warmup_steps > 0 else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = o.lr * scale
+        return o.lr * scale
+
+    def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
+        if self.spec.algo.recompute_old_logprobs:
+            groups = self._recompute_old(groups)
+        return train_on_batch(
+            self.model,
+            self.optimizer,
+            groups,
+            update_settings(self.spec),
+            pad_id=self.pad_id,
+            ref_model=self.ref_model,
+            set_lr=self._set_lr,
+            seed=seed,
+        )
+
+    def _recompute_old(self, groups: Sequence[TrainGroup]) -> list[TrainGroup]:
+        import dataclasses
+
+        seqs = [q for g in groups for q in g.sequences]
+        old = self.score([q.prompt_ids for q in seqs], [q.response_ids for q in seqs])
+        it = iter(old)
+        return [
+            dataclasses.replace(
+                g,
+                sequences=tuple(dataclasses.replace(q, old_logprobs=next(it)) for q in g.sequences),
+            )
+            for g in groups
+        ]
+
+    # ----------------------------------------------------------------- checkpoints
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        (directory / "policy_state.json").write_text(json.dumps({"num_updates": self.num_updates}))
+
+    def load(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        state = load_file(str(directory / "model.safetensors"))
+        result = self.model.load_state_dict(state, strict=False)
+        # save_pretrained leaves out an output head tied to the input embedding.
+        tied = bool(getattr(self.model.config, "tie_word_embeddings", False))
+        missing = [k for k in result.missing_keys if not (tied and k.startswith("lm_head."))]
+        if missing or result.unexpected_keys:
+            raise RuntimeError(
+                f"checkpoint {directory} does not match policy {self.name}: missing {missing[:5]}, "
+                f"unexpected {result.unexpected_keys[:5]}"
+            )
+        self.model.tie_weights()
+        optim_state = torch.load(directory / "optimizer.pt", weights_only=True)
+        self.optimizer.load_state_dict(optim_state)
+        self.num_updates = json.loads((directory / "policy_state.json").read_text())["num_updates"]

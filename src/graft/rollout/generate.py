@@ -1,0 +1,162 @@
+"""Batched sampling from a Hugging Face causal LM with a KV cache, recording behavior log-probs.
+
+A small loop of our own rather than `model.generate`: it draws from a dedicated torch.Generator
+(so a step's samples depend only on its seed, which makes resume exact), and it records the
+log-prob of every sampled token under the distribution it was drawn from, softmax(logits / T).
+With top-p / top-k the recorded log-prob is still that of the untruncated tempered distribution,
+which is what a training forward pass computes; keep top-p = 1 for training rollouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from graft.types import FinishReason
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0
+    """0 means greedy decoding (log-probs then use T = 1)."""
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+@dataclass(frozen=True)
+class Sample:
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: FinishReason
+
+
+def _filter_logits(logits_BV: torch.Tensor, *, top_p: float, top_k: int) -> torch.Tensor:
+    if top_k > 0 and top_k < logits_BV.shape[-1]:
+        kth_B1 = torch.topk(logits_BV, top_k, dim=-1).values[:, -1:]
+        logits_BV = logits_BV.masked_fill(logits_BV < kth_B1, float("-inf"))
+    if top_p < 1.0:
+        sorted_BV, order_BV = torch.sort(logits_BV, dim=-1, descending=True)
+        cum_BV = torch.softmax(sorted_BV, dim=-1).cumsum(-1)
+        drop_sorted_BV = (cum_BV - torch.softmax(sorted_BV, dim=-1)) >= top_p
+        drop_BV = drop_sorted_BV.scatter(-1, order_BV, drop_sorted_BV)
+        logits_BV = logits_BV.masked_fill(drop_BV, float("-inf"))
+    return logits_BV
+
+
+def _next_tokens(
+    logits_BV: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; return (tokens_B, logprob_B under softmax(logits / T))."""
+    logits_BV = logits_BV.float()
+    if params.temperature == 0:
+        logp_BV = torch.log_softmax(logits_BV, dim=-1)
+        tokens_B = logp_BV.argmax(-1)
+    else:
+        logp_BV = torch.log_softmax(logits_BV / params.temperature, dim=-1)
+        filtered_BV = _filter_logits(logp_BV, top_p=params.top_p, top_k=params.top_k)
+        probs_BV = torch.softmax(filtered_BV, dim=-1)
+        tokens_B = torch.multinomial(probs_BV, 1, generator=generator).squeeze(-1)
+    return tokens_B, logp_BV.gather(-1, tokens_B.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def sample_batch(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    *,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+) -> list[Sample]:
+    """Sample one response per prompt row (left-padded, one forward per new token)."""
+    num_rows = len(prompts)
+    max_len = max(len(p) for p in prompts)
+    input_ids_BL = torch.full((num_rows, max_len), pad_id, dtype=torch.long)
+    attention_BL = torch.zeros((num_rows, max_len), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        input_ids_BL[b, max_len - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        attention_BL[b, max_len - len(p) :] = 1
+    position_BL = (attention_BL.cumsum(-1) - 1).clamp(min=0)
+    stop_1S = torch.tensor(list(stop_ids), dtype=torch.long).unsqueeze(0)
+
+    cache = DynamicCache()
+    out = model(
+        input_ids=input_ids_BL,
+        attention_mask=attention_BL,
+        position_ids=position_BL,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    next_pos_B1 = position_BL[:, -1:] + 1
+    tokens_BT = torch.full((num_rows, params.max_new_tokens), pad_id, dtype=torch.long)
+    logp_BT = torch.zeros((num_rows, params.max_new_tokens))
+    done_B = torch.zeros(num_rows, dtype=torch.bool)
+    lengths_B = torch.full((num_rows,), params.max_new_tokens, dtype=torch.long)
+    stopped_B = torch.zeros(num_rows, dtype=torch.bool)
+    for t in range(params.max_new_tokens):
+        tokens_B, logp_B = _next_tokens(out.logits[:, -1, :], params, generator)
+        tokens_B = tokens_B.masked_fill(done_B, pad_id)
+        tokens_BT[:, t] = tokens_B
+        logp_BT[:, t] = logp_B.masked_fill(done_B, 0.0)
+        hit_B = (tokens_B.unsqueeze(-1) == stop_1S).any(-1) & ~done_B
+        lengths_B = torch.where(hit_B, t + 1, lengths_B)
+        stopped_B |= hit_B
+        done_B |= hit_B
+        if bool(done_B.all()) or t + 1 == params.max_new_tokens:
+            break
+        attention_BL = torch.cat([attention_BL, torch.ones((num_rows, 1), dtype=torch.long)], 1)
+        out = model(
+            input_ids=tokens_B.unsqueeze(-1),
+            attention_mask=attention_BL,
+            position_ids=next_pos_B1,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+        next_pos_B1 = next_pos_B1 + 1
+    samples = []
+    for b in range(num_rows):
+        n = int(lengths_B[b])
+        samples.append(
+            Sample(
+                token_ids=tuple(tokens_BT[b, :n].tolist()),
+                logprobs=tuple(logp_BT[b, :n].tolist()),
+                finish_reason="stop" if bool(stopped_B[b]) else "length",
+            )
+        )
+    return samples
+
+
+def sample(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    *,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+    batch_size: int = 0,
+) -> list[Sample]:
+    """`sample_batch` over chunks of at most `batch_size` rows (0: all at once), in order."""
+    if not prompts:
+        return []
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("cannot sample from an empty prompt")
+    size = batch_size or len(prompts)
+    out: list[Sample] = []
+    for start in range(0, len(prompts), size):
+        out.extend(
+            sample_batch(
+                model,
+                prompts[start : start + size],
+                params,
+                stop_ids=stop_ids,
+                pad_id=pad_id,
+                generator=generator,
+            )
+        )
+    return out

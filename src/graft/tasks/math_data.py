@@ -1,0 +1,175 @@
+"""Math problems read from data files, judged by the strict `math` verifier.
+
+Sources (`task.math.train` / `task.math.test`):
+- `*.jsonl`: one JSON object per line (blank lines are skipped);
+- `*.parquet`: read with pyarrow;
+- anything else: a Hugging Face dataset name, loaded with `datasets.load_dataset(name, subset,
+  split=...)` (needs `pip install graft-rl[datasets]` and a network; never used by the tests).
+
+Required columns: `problem_column` (text) and `answer_column` (LaTeX or plain text, or a number);
+an optional `skill` column tags problems for per-skill metrics. The task prompt is the problem text
+(stripped) followed by `suffix`. A gold answer containing `\\boxed{...}` (a MATH-style solution) is
+reduced to the content of its last box, so a `solution` column can serve as the answer column.
+`limit` > 0 keeps the first `limit` rows of each source. Row numbers in error messages are 1-based;
+for JSONL they are line numbers.
+
+`FIXTURE_PATH` is a small MATH-style set shipped with the package, for tests and offline demos.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from graft.config import MathDataConfig
+from graft.errors import DataError
+from graft.tasks.answer import last_boxed
+from graft.types import Problem
+
+FIXTURE_PATH = Path(__file__).resolve().parents[1] / "data" / "math_fixture.jsonl"
+_FILE_SUFFIXES = (".jsonl", ".parquet")
+_UNSUPPORTED_SUFFIXES = (".json", ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip")
+
+Row = tuple[int, dict[str, Any]]
+
+
+def _read_jsonl(path: Path, limit: int) -> Iterator[Row]:
+    with path.open(encoding="utf-8") as f:
+        count = 0
+        for line_no, line in enumerate(f, start=1):
+            if limit and count >= limit:
+                return
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(
+                    f"unreadable JSON on line {line_no} of {path}: {exc.msg} (column {exc.colno})"
+                ) from None
+            if not isinstance(row, dict):
+                raise DataError(
+                    f"line {line_no} of {path} is a JSON {type(row).__name__}, expected an object"
+                )
+            count += 1
+            yield line_no, row
+
+
+def _require_columns(columns: Iterable[str], wanted: tuple[str, ...], where: str) -> None:
+    present = list(columns)
+    for column in wanted:
+        if column not in present:
+            raise DataError(
+                f"missing column {column!r} in {where}; the columns are {present} "
+                "(set task.math.problem_column / task.math.answer_column)"
+            )
+
+
+def _read_parquet(path: Path, limit: int, wanted: tuple[str, ...]) -> Iterator[Row]:
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except Exception as exc:
+        raise DataError(f"unreadable Parquet file {path}: {exc}") from None
+    _require_columns(names, wanted, str(path))
+    columns = [*wanted, "skill"] if "skill" in names else list(wanted)
+    table = pq.read_table(path, columns=columns)
+    if limit:
+        table = table.slice(0, limit)
+    yield from enumerate(table.to_pylist(), start=1)
+
+
+def _read_hub(name: str, split: str, cfg: MathDataConfig, key: str) -> Iterator[Row]:
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError(
+            f"{key}={name!r} is not a .jsonl or .parquet file, so it is read as a Hugging Face "
+            "dataset, which needs the `datasets` package: pip install graft-rl[datasets]"
+        ) from None
+    ds = datasets.load_dataset(name, cfg.subset or None, split=split)
+    where = f"dataset {name!r} split {split!r}"
+    _require_columns(ds.column_names, (cfg.problem_column, cfg.answer_column), where)
+    if cfg.limit:
+        ds = ds.select(range(min(cfg.limit, len(ds))))
+    yield from enumerate(ds, start=1)
+
+
+def _rows(source: str, split: str, cfg: MathDataConfig, key: str) -> tuple[Iterator[Row], str]:
+    """Rows of a source and the name to use for it in messages."""
+    path = Path(source).expanduser()
+    suffix = path.suffix.lower()
+    if suffix in _FILE_SUFFIXES or suffix in _UNSUPPORTED_SUFFIXES or path.is_dir():
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{key}: data file not found: {source} (resolved: {path.resolve()})"
+            )
+        if suffix == ".jsonl":
+            return _read_jsonl(path, cfg.limit), str(path)
+        if suffix == ".parquet":
+            wanted = (cfg.problem_column, cfg.answer_column)
+            return _read_parquet(path, cfg.limit, wanted), str(path)
+        raise DataError(f"{key}: unsupported data file {source}: use .jsonl or .parquet")
+    return _read_hub(source, split, cfg, key), f"dataset {source!r} split {split!r}"
+
+
+def _text(row: dict[str, Any], column: str, what: str, where: str) -> str:
+    if column not in row:
+        raise DataError(
+            f"missing column {column!r} in {where}; the columns there are {sorted(row)} "
+            "(set task.math.problem_column / task.math.answer_column)"
+        )
+    value = row[column]
+    if isinstance(value, bool) or not isinstance(value, str | int | float | type(None)):
+        raise DataError(f"{what} in {where} is a {type(value).__name__}, expected text")
+    text = "" if value is None else str(value).strip()
+    if not text:
+        raise DataError(f"empty or null {what} (column {column!r}) in {where}")
+    return text
+
+
+def load_problems(source: str, split: str, cfg: MathDataConfig, *, key: str) -> tuple[Problem, ...]:
+    """Problems of one source; `key` names the config field in messages (task.math.train)."""
+    if not source:
+        raise DataError(f"{key}: set a .jsonl/.parquet file or a Hugging Face dataset name")
+    rows, name = _rows(source, split, cfg, key)
+    problems = []
+    for n, row in rows:
+        where = f"row {n} of {name}"
+        text = _text(row, cfg.problem_column, "problem", where)
+        gold = _text(row, cfg.answer_column, "answer", where)
+        if "\\boxed" in gold or "\\fbox" in gold:
+            boxed = last_boxed(gold)
+            if not boxed:
+                raise DataError(f"answer in {where} has an unclosed or empty \\boxed{{}}")
+            gold = boxed
+        skill = row.get("skill")
+        problems.append(
+            Problem(prompt=text + cfg.suffix, gold=gold, skill="" if skill is None else str(skill))
+        )
+    if not problems:
+        raise DataError(f"{key}: {name} has no rows")
+    return tuple(problems)
+
+
+class MathTask:
+    """Math problems from JSONL / Parquet / Hugging Face data; see the module docstring."""
+
+    name = "math"
+    verifier = "math"
+
+    def __init__(self, cfg: MathDataConfig) -> None:
+        self.cfg = cfg
+        self._train = load_problems(cfg.train, cfg.train_split, cfg, key="task.math.train")
+        self._test = (
+            load_problems(cfg.test, cfg.test_split, cfg, key="task.math.test") if cfg.test else ()
+        )
+
+    def train_problems(self) -> tuple[Problem, ...]:
+        return self._train
+
+    def test_problems(self) -> tuple[Problem, ...]:
+        return self._test

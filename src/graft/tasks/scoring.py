@@ -1,0 +1,22 @@
+"""Score rollouts with a task's verifier (the one path for training rewards and evaluation)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from graft.tasks.pool import VerifierPool
+from graft.types import Rollout, Verdict
+
+
+def verify_rollouts(
+    pool: VerifierPool, verifier: str, rollouts_P: Sequence[Rollout]
+) -> list[tuple[Verdict, ...]]:
+    """Verdicts for every completion of every rollout, in the same nesting."""
+    items = [(verifier, c.text, r.problem.gold) for r in rollouts_P for c in r.completions_G]
+    flat = pool.verify(items)
+    out, pos = [], 0
+    for r in rollouts_P:
+        n = len(r.completions_G)
+        out.append(tuple(flat[pos : pos + n]))
+        pos += n
+    return out

@@ -1,0 +1,271 @@
+"""Verifiers, and the process pool that runs them under a hard per-response time limit.
+
+A verifier is a function `(response, gold) -> Verdict`. The built-in ones are named in `VERIFIERS`;
+any other is named by import path, `"package.module:function"`, and resolved inside the workers.
+
+`verify_math` is stricter than math-verify 0.9.0 used as is (each point is a trap observed there,
+pinned by a test in tests/test_verify.py):
+- the answer is the content of the LAST closed `\\boxed{}` (`graft.tasks.answer.last_boxed`);
+  no box, or an unclosed last box, is `no_answer`, never "the last number in the text" or an
+  earlier box;
+- gold and answer are each parsed WHOLE as LaTeX (math-verify's normalisation, then latex2sympy2):
+  the text is read as the content of a `$...$` math environment, so gold `2^{64}` is 2^64, not 2,
+  and `\\pm 2021` is {-2021, 2021}. math-verify's `parse()` is not used, because when the whole
+  fails to parse it retries on fragments (`1 + \\frac{1}{e} \\foo` reads as 1); here anything that
+  does not parse whole is a failure: an unparseable gold is `error` (never reward 1), an
+  unparseable boxed answer is `no_answer`;
+- numbers are compared exactly (rationals, including powers like 2^{-99}) or by relative error of
+  high-precision values: < 1e-30 for exact expressions (sqrt(12) = 2 sqrt(3)), < 1e-9 when a
+  decimal is involved. math-verify rounds to ~6 decimals, so 1e-20 "equals" 1e-21. The same holds
+  for the elements of tuples, sets and intervals of numbers. Everything else (symbols, equations,
+  matrices, percentages) goes to `math_verify.verify`, with its SIGALRM timeout disabled: the pool
+  enforces the time limit by killing the worker process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import math
+import re
+from collections.abc import Callable
+from fractions import Fraction
+from functools import cache
+from types import SimpleNamespace
+from typing import Any
+
+from graft.tasks.answer import final_number, last_boxed
+from graft.types import Verdict
+
+Verifier = Callable[[str, str], Verdict]
+
+_INTEGER = re.compile(r"-?[0-9]+")
+_DETAIL_CHARS = 300
+# Exact powers are computed only up to this many bits; larger ones are compared by value.
+_MAX_EXACT_BITS = 1 << 20
+_REL_TOL_EXACT = 1e-30
+_REL_TOL_DECIMAL = 1e-9
+_EVAL_DIGITS = 50
+
+
+def _clip(text: str, limit: int = _DETAIL_CHARS) -> str:
+    """One line of at most `limit` characters (parser messages span lines with a caret)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error(exc: BaseException) -> Verdict:
+    return Verdict("error", _clip(f"{type(exc).__name__}: {exc}"))
+
+
+# ---------------------------------------------------------------------------- final_number
+
+
+def verify_final_number(response: str, gold: str) -> Verdict:
+    """Exact integer match of `final_number(response)` against an integer gold."""
+    if not _INTEGER.fullmatch(gold.strip()):
+        return Verdict("error", _clip(f"gold answer {gold!r} is not an integer"))
+    answer = final_number(response)
+    if answer is None:
+        return Verdict("no_answer", "")
+    return Verdict("correct" if int(answer) == int(gold) else "wrong", answer)
+
+
+# ---------------------------------------------------------------------------- math
+
+
+@cache
+def _math() -> SimpleNamespace:
+    """Import math-verify lazily: workers that only check arithmetic never pay for sympy."""
+    import math_verify.grader as grader
+    import sympy
+    from latex2sympy2_extended.latex2sympy2 import latex2sympy, normalize_latex
+    from math_verify.parser import LatexExtractionConfig
+
+    # It warns once per process that its SIGALRM timeout is off; that is deliberate here.
+    grader.TIMEOUT_WARNING_SHOWN = True
+    config = LatexExtractionConfig().normalization_config
+    return SimpleNamespace(
+        sympy=sympy,
+        grader=grader,
+        latex2sympy=latex2sympy,
+        normalize=normalize_latex,
+        config=config,
+    )
+
+
+def parse_latex(text: str) -> Any:
+    """Parse LaTeX as a whole into a sympy object, as the content of `$...$`; raise if it fails.
+
+    This is the step math-verify's `parse()` applies to a matched math environment, without its
+    retry on fragments of the text.
+    """
+    m = _math()
+    normalized = m.normalize(text, config=m.config)
+    if not normalized.strip():
+        raise ValueError(f"nothing to parse in {text!r}")
+    return m.latex2sympy(
+        normalized,
+        is_real=not m.grader.should_treat_as_complex(normalized),
+        convert_degrees=False,
+        normalization_config=None,
+    )
+
+
+def _is_number(expr: Any) -> bool:
+    s = _math().sympy
+    return (
+        isinstance(expr, s.Expr)
+        and not isinstance(expr, s.MatrixExpr)
+        and bool(expr.is_number)
+        # A percentage is n * UnevaluatedExpr(1/100): math-verify's own rules apply (9% = 9).
+        and not expr.has(s.UnevaluatedExpr)
+    )
+
+
+def _to_fraction(expr: Any) -> Fraction | None:
+    """Exact value of a rational expression (sums, products, integer powers), or None."""
+    if expr.is_Rational:
+        return Fraction(int(expr.p), int(expr.q))
+    if expr.is_Add or expr.is_Mul:
+        parts = [_to_fraction(a) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return sum(parts, Fraction(0)) if expr.is_Add else math.prod(parts, start=Fraction(1))
+    if expr.is_Pow:
+        base, exp = _to_fraction(expr.base), _to_fraction(expr.exp)
+        if base is None or exp is None or exp.denominator != 1 or (base == 0 and exp < 0):
+            return None
+        bits = max(base.numerator.bit_length(), base.denominator.bit_length())
+        if bits * abs(exp.numerator) > _MAX_EXACT_BITS:
+            return None
+        return base**exp.numerator
+    return None
+
+
+def _numbers_equal(a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    fa, fb = _to_fraction(a), _to_fraction(b)
+    if fa is not None and fb is not None:
+        return fa == fb
+    s = _math().sympy
+    decimal = a.has(s.Float) or b.has(s.Float)
+    va, vb = a.evalf(_EVAL_DIGITS), b.evalf(_EVAL_DIGITS)
+    if not (va.is_finite and vb.is_finite):
+        return bool(va == vb)
+    tol = _REL_TOL_DECIMAL if decimal else _REL_TOL_EXACT
+    return bool(abs(va - vb) <= tol * s.Max(abs(va), abs(vb)))
+
+
+def _containers_equal(gold: Any, pred: Any) -> bool | None:
+    """Strict comparison of tuples / sets / intervals of numbers; None when not such a pair."""
+    s = _math().sympy
+    if isinstance(gold, s.Interval) and isinstance(pred, s.Interval):
+        ends = (gold.start, gold.end, pred.start, pred.end)
+        if not all(_is_number(e) for e in ends):
+            return None
+        same_kind = (gold.left_open, gold.right_open) == (pred.left_open, pred.right_open)
+        return (
+            same_kind
+            and _numbers_equal(gold.start, pred.start)
+            and _numbers_equal(gold.end, pred.end)
+        )
+    for kind in (s.Tuple, s.FiniteSet):
+        if isinstance(gold, kind) and isinstance(pred, kind):
+            g, p = list(gold.args), list(pred.args)
+            if not all(_is_number(e) for e in g + p):
+                return None
+            if len(g) != len(p):
+                return False
+            if kind is s.Tuple:
+                return all(_numbers_equal(x, y) for x, y in zip(g, p, strict=True))
+            for x in g:  # sets: match each gold element to a distinct answer element
+                match = next((i for i, y in enumerate(p) if _numbers_equal(x, y)), None)
+                if match is None:
+                    return False
+                p.pop(match)
+            return True
+    return None
+
+
+def math_equal(gold: Any, pred: Any) -> bool:
+    """Is the parsed answer `pred` equal to the parsed `gold`? (See the module docstring.)"""
+    m = _math()
+    g, p = gold, pred
+    # Same unwrapping as math-verify: answer `x = 3` for gold `3`, and gold `x = 3` for answer `3`.
+    if m.grader.is_equation(p) and not m.grader.is_equation(g):
+        p = m.grader.take_last_relation(p).rhs
+    elif m.grader.is_assignment_relation(g) and not m.grader.is_equation(p):
+        g = m.grader.take_last_relation(g).rhs
+    if _is_number(g) and _is_number(p):
+        return _numbers_equal(g, p)
+    strict = _containers_equal(g, p)
+    if strict is not None:
+        return strict
+    return bool(m.grader.verify(gold, pred, timeout_seconds=None, raise_on_error=True))
+
+
+def verify_math(response: str, gold: str) -> Verdict:
+    """Judge a free-form math response by its last `\\boxed{}` answer against a LaTeX gold."""
+    try:
+        try:
+            gold_expr = parse_latex(gold)
+        except Exception as exc:
+            return Verdict("error", _clip(f"unparseable gold answer {gold!r}: {exc}"))
+        sympy = _math().sympy
+        if isinstance(gold_expr, sympy.Basic) and gold_expr.has(sympy.zoo, sympy.nan):
+            return Verdict("error", _clip(f"gold answer {gold!r} is undefined ({gold_expr})"))
+        answer = last_boxed(response)
+        if not answer:
+            return Verdict("no_answer", "no closed final \\boxed{}" if answer is None else "empty")
+        try:
+            pred_expr = parse_latex(answer)
+        except Exception as exc:
+            return Verdict("no_answer", _clip(f"unparseable answer {answer!r}: {exc}"))
+        category = "correct" if math_equal(gold_expr, pred_expr) else "wrong"
+        return Verdict(category, _clip(answer))
+    except Exception as exc:
+        return _error(exc)
+
+
+# ---------------------------------------------------------------------------- registry
+
+VERIFIERS: dict[str, Verifier] = {"math": verify_math, "final_number": verify_final_number}
+_VERSIONS = {"math": "graft-strict-1", "final_number": "1"}
+
+
+def _check_name(name: str) -> tuple[str, str]:
+    """Split a plug-in name `package.module:function`; ValueError for a name that is neither."""
+    module, sep, attr = name.partition(":")
+    if not (sep and module and attr.isidentifier()):
+        raise ValueError(
+            f"unknown verifier {name!r}: use one of {sorted(VERIFIERS)} "
+            "or an import path 'package.module:function'"
+        )
+    return module, attr
+
+
+def resolve_verifier(name: str) -> Verifier:
+    """The verifier function called `name` (built-in name or import path)."""
+    if name in VERIFIERS:
+        return VERIFIERS[name]
+    module_name, attr = _check_name(name)
+    fn = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(fn):
+        raise ValueError(f"verifier {name!r}: module {module_name!r} has no function {attr!r}")
+    return fn
+
+
+def verifier_version(name: str) -> str:
+    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-1"."""
+    if name == "math":
+        return f"math-verify=={importlib.metadata.version('math-verify')};{_VERSIONS[name]}"
+    if name in VERIFIERS:
+        return f"{name};{_VERSIONS[name]}"
+    module_name, _ = _check_name(name)
+    top = module_name.split(".")[0]
+    try:
+        return f"{name};{importlib.metadata.version(top)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{name};unversioned"

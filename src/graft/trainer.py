@@ -1,0 +1,254 @@
+"""The training loop. One step reads as the method:
+
+    rollout -> verify -> group (advantages) -> update -> log -> (evaluate, checkpoint)
+
+Every policy gets the same prompt batch each step. Randomness is derived from (run seed, step,
+policy), never carried in hidden state, so `graft train --resume` continues exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from graft.backends import Backend, make_backend
+from graft.config import Config, Plan, make_plan
+from graft.evaluate import evaluate_backend
+from graft.groups import group_metrics, make_groups
+from graft.peer import AdmissionMonitor, online_exchange, own_batches
+from graft.policy import PolicySpec, derive_seed
+from graft.rollout import SamplingParams
+from graft.rundir import (
+    MetricsLog,
+    begin_checkpoint,
+    commit_checkpoint,
+    latest_checkpoint,
+    read_trainer_state,
+    set_rng_state,
+    write_config,
+    write_summary,
+)
+from graft.tasks import Task, build_task, prompt_batch
+from graft.tasks.pool import VerifierPool
+from graft.tasks.scoring import verify_rollouts
+from graft.types import Group, TrainGroup
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    steps: int
+    final_metrics: dict[str, float]
+
+
+def policy_specs(cfg: Config) -> list[PolicySpec]:
+    import os
+
+    cores = os.cpu_count() or 1
+    threads = cfg.run.threads or max(1, cores // len(cfg.models))
+    return [
+        PolicySpec(
+            model=m,
+            rollout=cfg.rollout,
+            algo=cfg.algo,
+            seed=cfg.run.seed,
+            threads=threads,
+            index=i,
+            peer_position=cfg.exchange.peer_position,
+            luffy_gamma=cfg.exchange.luffy_gamma,
+        )
+        for i, m in enumerate(cfg.models)
+    ]
+
+
+def namespaced(name: str, metrics: Mapping[str, float], *, multi: bool) -> dict[str, float]:
+    """`m/<name>/<key>` when several policies train, plain keys for one."""
+    return {(f"m/{name}/{k}" if multi else k): v for k, v in metrics.items()}
+
+
+class Trainer:
+    def __init__(self, cfg: Config, *, backend: Backend | None = None) -> None:
+        self.cfg = cfg
+        self.plan: Plan = make_plan(cfg)
+        self.task: Task = build_task(cfg.task)
+        self.train_problems = self.task.train_problems()
+        self.test_problems = self.task.test_problems()[: cfg.eval.num_problems]
+        self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
+        self.backend = backend or make_backend(policy_specs(cfg), cfg.run.backend)
+        self.monitor = AdmissionMonitor(cfg.exchange.warn_after)
+        self.names = self.backend.names
+        self.multi = len(self.names) > 1
+        r = cfg.rollout
+        self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
+
+    # ------------------------------------------------------------------ one step
+    def step(self, step: int) -> dict[str, float]:
+        cfg, n = self.cfg, self.plan.group_size
+        problems = prompt_batch(
+            self.train_problems, step=step, batch_size=self.plan.prompts_per_step, seed=cfg.run.seed
+        )
+        t0 = time.perf_counter()
+        rollouts = self.backend.generate(
+            problems, n=n, params=self.sampling, seeds=self._seeds(step, "rollout")
+        )
+        t1 = time.perf_counter()
+        groups = {
+            name: make_groups(
+                rs,
+                verify_rollouts(self.pool, self.task.verifier, rs),
+                mode=cfg.algo.advantage,
+                eps=cfg.algo.adv_eps,
+            )
+            for name, rs in rollouts.items()
+        }
+        t2 = time.perf_counter()
+        batches, exchange_metrics = self.exchange(step, groups)
+        t3 = time.perf_counter()
+        stats = self.backend.train(batches, seeds=self._seeds(step, "update"))
+        t4 = time.perf_counter()
+        metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t4))
+        metrics.update(exchange_metrics)
+        metrics["time/exchange_s"] = t3 - t2
+        return metrics
+
+    def exchange(
+        self, step: int, groups: Mapping[str, Sequence[Group]]
+    ) -> tuple[dict[str, list[TrainGroup]], dict[str, float]]:
+        """GRAFT between the policies (or, with one policy or exchange off, plain GRPO)."""
+        x = self.cfg.exchange
+        if not (self.multi and x.enabled):
+            return own_batches(groups), {}
+        outcome = online_exchange(
+            groups,
+            self.backend,
+            x,
+            seed=derive_seed(self.cfg.run.seed, step, "exchange"),
+            adv_mode=self.cfg.algo.advantage,
+            adv_eps=self.cfg.algo.adv_eps,
+        )
+        for message in self.monitor.update(outcome.metrics):
+            tqdm.write(f"warning: {message}")
+        return outcome.batches, outcome.metrics
+
+    def _seeds(self, step: int, purpose: str) -> dict[str, int]:
+        return {name: derive_seed(self.cfg.run.seed, step, name, purpose) for name in self.names}
+
+    def _step_metrics(self, groups, stats, *, times) -> dict[str, float]:
+        t0, t1, t2, t3 = times  # generate | verify | exchange + train
+        out: dict[str, float] = {}
+        gen_tokens = 0
+        for name in self.names:
+            gen_tokens += sum(c.num_tokens for g in groups[name] for c in g.rollout.completions_G)
+            out.update(namespaced(name, group_metrics(groups[name]), multi=self.multi))
+            out.update(namespaced(name, stats.get(name, {}), multi=self.multi))
+        out["time/generate_s"] = t1 - t0
+        out["time/verify_s"] = t2 - t1
+        out["time/train_s"] = t3 - t2
+        out["time/step_s"] = t3 - t0
+        out["tokens_per_s"] = gen_tokens / max(t3 - t0, 1e-9)
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, step: int) -> dict[str, float]:
+        e = self.cfg.eval
+        if not self.test_problems:
+            return {}
+        params = SamplingParams(self.plan.eval_max_new_tokens, e.temperature, e.top_p, 0)
+        results = evaluate_backend(
+            self.backend,
+            self.test_problems,
+            pool=self.pool,
+            verifier=self.task.verifier,
+            k=e.samples,
+            params=params,
+            seeds=self._seeds(step, "eval"),
+        )
+        out: dict[str, float] = {}
+        for name, metrics in results.items():
+            out.update(namespaced(name, metrics, multi=self.multi))
+        return out
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.cfg.eval.every
+        return every > 0 and (step % every == 0 or step == self.cfg.run.steps)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, run_dir: Path, next_step: int) -> None:
+        tmp = begin_checkpoint(run_dir, next_step)
+        self.backend.save(tmp)
+        commit_checkpoint(
+            run_dir,
+            tmp,
+            next_step,
+            keep=self.cfg.run.keep_checkpoints,
+            extra={"policies": self.names},
+        )
+
+    def restore(self, run_dir: Path) -> int:
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            return 0
+        state = read_trainer_state(checkpoint)
+        self.backend.load(checkpoint)
+        set_rng_state(state["rng"])
+        return int(state["next_step"])
+
+    # ------------------------------------------------------------------ the run
+    def run(self, run_dir: Path, *, resume: bool = False) -> RunResult:
+        cfg = self.cfg
+        write_config(run_dir, cfg)
+        start = self.restore(run_dir) if resume else 0
+        log = MetricsLog(run_dir, start_step=start, tensorboard=cfg.run.tensorboard)
+        last: dict[str, float] = {}
+        try:
+            if start == 0 and self._eval_due(0):
+                last = self.evaluate(0)
+                log.log(0, last)
+            bar = tqdm(
+                range(start, cfg.run.steps),
+                initial=start,
+                total=cfg.run.steps,
+                desc="train",
+                disable=not cfg.run.progress,
+                dynamic_ncols=True,
+            )
+            for step in bar:
+                metrics = self.step(step)
+                done = step + 1
+                if self._eval_due(done):
+                    metrics.update(self.evaluate(done))
+                log.log(done, metrics)
+                last = metrics
+                bar.set_postfix(self._postfix(metrics))
+                every = cfg.run.save_every
+                if done == cfg.run.steps or (every > 0 and done % every == 0):
+                    self.save(run_dir, done)
+        finally:
+            log.close()
+        write_summary(run_dir, last)
+        return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
+
+    def _postfix(self, metrics: Mapping[str, float]) -> dict[str, str]:
+        out = {}
+        for name in self.names:
+            key = f"m/{name}/reward/mean" if self.multi else "reward/mean"
+            if key in metrics:
+                out[f"{name}" if self.multi else "reward"] = f"{metrics[key]:.3f}"
+        return out
+
+    def close(self) -> None:
+        self.backend.close()
+        self.pool.close()
+
+
+def train(cfg: Config, *, resume: bool = False) -> RunResult:
+    """Train according to `cfg`, writing into cfg.run.out_dir."""
+    trainer = Trainer(cfg)
+    try:
+        return trainer.run(Path(cfg.run.out_dir), resume=resume)
+    finally:
+        trainer.close()

@@ -1,0 +1,257 @@
+"""One policy's update over a rollout batch: minibatches (peer groups last), micro-batches with
+gradient accumulation, the clipped surrogate, grad-norm clipping, an optimizer step per minibatch.
+
+Objective per minibatch (maximised; GRAFT eq. 10, DAPO token-mean when all w = 1):
+    J = (1 / sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_lo, 1+eps_hi) a_j)
+rho is always the trainee's ratio pi_theta / pi_old on its own tokenization (self and peer alike).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from graft.loss import clipped_surrogate, kl_k3, sequence_ratio_surrogate, token_coefficients
+from graft.modeling import pack, response_logprobs
+from graft.types import TrainGroup, TrainSequence
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What the update needs from the config, flattened (kept explicit for tests)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float = 0.0
+    loss_agg: str = "token-mean"
+    loss_constant: int = 0
+    minibatches: int = 1
+    micro_batch_size: int = 32
+    epochs: int = 1
+    kl_coef: float = 0.0
+    ratio: str = "token"
+    """`token` (PPO/GRAFT) or `sequence` (GSPO-style, an ablation)."""
+    peer_position: str = "last"
+    """Where minibatches holding peer groups go: `last` (GRAFT), `first`, `uniform` (shuffled)."""
+    grad_clip: float = 1.0
+    temperature: float = 1.0
+    luffy_gamma: float = 0.1
+
+
+def order_groups(
+    groups: Sequence[TrainGroup], *, peer_position: str, seed: int = 0
+) -> list[TrainGroup]:
+    """Self groups and peer groups in the order the minibatches will see them."""
+    own = [g for g in groups if not g.is_peer]
+    peer = [g for g in groups if g.is_peer]
+    if peer_position == "last":
+        return own + peer
+    if peer_position == "first":
+        return peer + own
+    if peer_position == "uniform":
+        mixed = list(groups)
+        random.Random(seed).shuffle(mixed)
+        return mixed
+    raise ValueError(f"unknown peer_position {peer_position!r}; use last, first or uniform")
+
+
+def split_minibatches(groups: Sequence[TrainGroup], num: int) -> list[list[TrainGroup]]:
+    """Contiguous, near-equal chunks of whole groups (empty chunks dropped)."""
+    size, extra = divmod(len(groups), num)
+    chunks, start = [], 0
+    for i in range(num):
+        end = start + size + (i < extra)
+        if end > start:
+            chunks.append(list(groups[start:end]))
+        start = end
+    return chunks
+
+
+def _other_objectives(
+    seqs: Sequence[TrainSequence],
+    logp_BT: torch.Tensor,
+    adv_B: torch.Tensor,
+    loss_BT: torch.Tensor,
+    clipped_BT: torch.Tensor,
+    s: UpdateSettings,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of the baselines' objectives replace the clipped surrogate (no clipping on them)."""
+    objectives = [q.objective for q in seqs]
+    if all(o == "pg" for o in objectives):
+        return loss_BT, clipped_BT
+    luffy_B1 = torch.tensor([o == "luffy" for o in objectives]).unsqueeze(-1)
+    sft_B1 = torch.tensor([o == "sft" for o in objectives]).unsqueeze(-1)
+    # LUFFY (Yan et al., 2025): f(pi) = pi / (pi + gamma), behavior prob taken as 1, no clip.
+    prob_BT = torch.exp(logp_BT)
+    luffy_BT = -adv_B.unsqueeze(-1) * prob_BT / (prob_BT + s.luffy_gamma)
+    loss_BT = torch.where(luffy_B1, luffy_BT, loss_BT)
+    loss_BT = torch.where(sft_B1, -logp_BT, loss_BT)
+    return loss_BT, clipped_BT & ~(luffy_B1 | sft_B1)
+
+
+def _micro_loss(
+    model: torch.nn.Module,
+    seqs: Sequence[TrainSequence],
+    coef_B: torch.Tensor,
+    s: UpdateSettings,
+    *,
+    pad_id: int,
+    ref_model: torch.nn.Module | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    batch = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], pad_id=pad_id)
+    mask_BT = batch.response_mask_BT
+    logp_BT = response_logprobs(model, batch, temperature=s.temperature)
+    old_BT = torch.zeros_like(logp_BT)
+    for b, q in enumerate(seqs):
+        old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)
+    adv_B = torch.tensor([q.advantage for q in seqs], dtype=logp_BT.dtype)
+    weight_B = torch.tensor([q.weight for q in seqs], dtype=logp_BT.dtype)
+    if s.ratio == "sequence":
+        loss_BT, clipped_BT = sequence_ratio_surrogate(
+            logp_BT, old_BT, adv_B, mask_BT, clip_low=s.clip_low, clip_high=s.clip_high
+        )
+    else:
+        loss_BT, clipped_BT = clipped_surrogate(
+            logp_BT,
+            old_BT,
+            adv_B,
+            clip_low=s.clip_low,
+            clip_high=s.clip_high,
+            dual_clip=s.dual_clip,
+        )
+    loss_BT, clipped_BT = _other_objectives(seqs, logp_BT, adv_B, loss_BT, clipped_BT, s)
+    loss_BT = loss_BT * weight_B.unsqueeze(-1)
+    kl_BT = torch.zeros_like(loss_BT)
+    if ref_model is not None and s.kl_coef > 0:
+        with torch.no_grad():
+            ref_BT = response_logprobs(ref_model, batch, temperature=s.temperature)
+        kl_BT = kl_k3(logp_BT, ref_BT)
+        loss_BT = loss_BT + s.kl_coef * kl_BT
+    coef_BT = coef_B.to(loss_BT.dtype).unsqueeze(-1) * mask_BT
+    loss = (loss_BT * coef_BT).sum()
+    with torch.no_grad():
+        ratio_BT = torch.exp(logp_BT - old_BT)
+        peer_B1 = torch.tensor([q.is_peer for q in seqs]).unsqueeze(-1)
+        stats = {
+            "tokens": mask_BT.sum(),
+            "peer_tokens": (mask_BT & peer_B1).sum(),
+            "clipped": (clipped_BT & mask_BT & ~peer_B1).sum(),
+            "peer_clipped": (clipped_BT & mask_BT & peer_B1).sum(),
+            "ratio_sum": (ratio_BT * mask_BT).sum(),
+            "ratio_max": ratio_BT.masked_fill(~mask_BT, 0).max(),
+            "kl_sum": (kl_BT * mask_BT).sum(),
+            "loss": loss.detach(),
+        }
+    return loss, stats
+
+
+def sequence_coefficients(sequences: Sequence[TrainSequence], s: UpdateSettings) -> torch.Tensor:
+    """Each sequence's per-token loss coefficient over the whole minibatch.
+
+    Policy-gradient (and LUFFY) tokens share the configured reduction; the SGT baseline's
+    supervised tokens are averaged among themselves and never enter the policy-gradient
+    denominator.
+    """
+    coef_B = torch.zeros(len(sequences), dtype=torch.float64)
+    pg = [i for i, q in enumerate(sequences) if q.objective != "sft"]
+    sft = [i for i, q in enumerate(sequences) if q.objective == "sft"]
+    if pg:
+        lengths = torch.tensor([sequences[i].num_tokens for i in pg])
+        mask_BT = torch.arange(int(lengths.max())).unsqueeze(0) < lengths.unsqueeze(-1)
+        coef = token_coefficients(mask_BT, mode=s.loss_agg, constant=s.loss_constant)[:, 0]
+        coef_B[pg] = coef
+    if sft:
+        coef_B[sft] = 1.0 / sum(sequences[i].num_tokens for i in sft)
+    return coef_B
+
+
+def minibatch_backward(
+    model: torch.nn.Module,
+    sequences: Sequence[TrainSequence],
+    s: UpdateSettings,
+    *,
+    pad_id: int,
+    ref_model: torch.nn.Module | None = None,
+) -> dict[str, float]:
+    """Accumulate the gradient of one minibatch's loss over micro-batches (no optimizer step).
+
+    The aggregation coefficients are computed over the whole minibatch first, so the result does
+    not depend on how the minibatch is cut into micro-batches.
+    """
+    coef_B = sequence_coefficients(sequences, s)
+    totals: dict[str, float] = {}
+    for start in range(0, len(sequences), s.micro_batch_size):
+        micro = sequences[start : start + s.micro_batch_size]
+        loss, stats = _micro_loss(
+            model, micro, coef_B[start : start + len(micro)], s, pad_id=pad_id, ref_model=ref_model
+        )
+        loss.backward()
+        for key, value in stats.items():
+            v = float(value)
+            totals[key] = (
+                max(totals.get(key, v), v) if key == "ratio_max" else totals.get(key, 0.0) + v
+            )
+    return totals
+
+
+def train_on_batch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    groups: Sequence[TrainGroup],
+    s: UpdateSettings,
+    *,
+    pad_id: int,
+    ref_model: torch.nn.Module | None = None,
+    set_lr: Callable[[], float] | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The whole update for one rollout batch; returns metrics (means over optimizer steps)."""
+    ordered = order_groups(groups, peer_position=s.peer_position, seed=seed)
+    minibatches = split_minibatches(ordered, s.minibatches)
+    params = [p for p in model.parameters() if p.requires_grad]
+    sums: dict[str, float] = {}
+    grad_norms: list[float] = []
+    lr = optimizer.param_groups[0]["lr"]
+    for _ in range(s.epochs):
+        for mb in minibatches:
+            sequences = [q for g in mb for q in g.sequences]
+            if not sequences:
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            stats = minibatch_backward(model, sequences, s, pad_id=pad_id, ref_model=ref_model)
+            max_norm = s.grad_clip if s.grad_clip > 0 else float("inf")
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            if set_lr is not None:
+                lr = set_lr()
+            optimizer.step()
+            for key, value in stats.items():
+                if key == "ratio_max":
+                    sums[key] = max(sums.get(key, value), value)
+                else:
+                    sums[key] = sums.get(key, 0.0) + value
+    optimizer.zero_grad(set_to_none=True)
+    num_steps = max(len(grad_norms), 1)
+    tokens = max(sums.get("tokens", 0.0), 1.0)
+    self_tokens = max(tokens - sums.get("peer_tokens", 0.0), 1.0)
+    peer_tokens = sums.get("peer_tokens", 0.0)
+    out = {
+        "loss/policy": sums.get("loss", 0.0) / num_steps,
+        "loss/clip_frac": (sums.get("clipped", 0.0) + sums.get("peer_clipped", 0.0)) / tokens,
+        "loss/self_clip_frac": sums.get("clipped", 0.0) / self_tokens,
+        "loss/ratio_mean": sums.get("ratio_sum", 0.0) / tokens,
+        "loss/ratio_max": sums.get("ratio_max", 0.0),
+        "loss/peer_token_frac": peer_tokens / tokens,
+        "grad_norm": sum(grad_norms) / num_steps,
+        "grad_norm_max": max(grad_norms, default=0.0),
+        "optim/steps": float(len(grad_norms)),
+        "optim/lr": float(lr),
+        "train/tokens": tokens / s.epochs,
+    }
+    if peer_tokens > 0:
+        out["loss/peer_clip_frac"] = sums.get("peer_clipped", 0.0) / peer_tokens
+    if s.kl_coef > 0:
+        out["loss/kl"] = sums.get("kl_sum", 0.0) / tokens
+    return out

@@ -1,0 +1,34 @@
+import os
+
+import pytest
+import torch
+
+# Tests never touch the network; tiny models are built locally into a cache reused across runs.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault(
+    "GRAFT_CACHE", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "graft")
+)
+torch.set_num_threads(2)
+
+
+@pytest.fixture
+def random_lm():
+    """A small random Llama (vocab 32), for tests of the update math that need real gradients."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+    return LlamaForCausalLM(cfg).eval()

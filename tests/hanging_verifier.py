@@ -1,0 +1,32 @@
+"""Plug-in verifiers for tests/test_verify.py, loaded by import path ("hanging_verifier:check")
+inside the pool's worker processes, the same way a user's own verifier is."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from graft.types import Verdict
+
+
+def check(response: str, gold: str) -> Verdict:
+    """Exact string match; "HANG" sleeps forever, "CRASH" kills the process, "RAISE" raises."""
+    if "HANG" in response:
+        while True:
+            time.sleep(0.05)
+    if "CRASH" in response:
+        os._exit(3)
+    if "RAISE" in response:
+        raise ZeroDivisionError("verifier bug")
+    return Verdict("correct" if response == gold else "wrong", response)
+
+
+def loaded_modules(response: str, gold: str) -> Verdict:
+    """Reports whether this worker has imported math-verify / sympy (they must load lazily)."""
+    names = [m for m in ("math_verify", "sympy") if m in sys.modules]
+    return Verdict("correct", ",".join(names))
+
+
+def not_a_verdict(response: str, gold: str) -> object:
+    return True

@@ -1,0 +1,130 @@
+"""The update: micro-batch accumulation invariance, minibatch order, an update that learns."""
+
+import pytest
+import torch
+
+from graft.modeling import score_sequences
+from graft.types import TrainGroup, TrainSequence
+from graft.update import (
+    UpdateSettings,
+    minibatch_backward,
+    order_groups,
+    split_minibatches,
+    train_on_batch,
+)
+
+
+def _sequences(model, num, *, seed=0, weight=1.0, peer=False):
+    gen = torch.Generator().manual_seed(seed)
+    prompts, responses = [], []
+    for _ in range(num):
+        prompts.append(
+            tuple(
+                torch.randint(
+                    2, 32, (int(torch.randint(2, 6, (1,), generator=gen)),), generator=gen
+                ).tolist()
+            )
+        )
+        responses.append(
+            tuple(
+                torch.randint(
+                    2, 32, (int(torch.randint(1, 8, (1,), generator=gen)),), generator=gen
+                ).tolist()
+            )
+        )
+    old = score_sequences(model, prompts, responses, pad_id=0)
+    # Perturb the behavior log-probs so that ratios differ from 1 and clipping acts.
+    old = [tuple(x + 0.3 * ((i + j) % 3 - 1) for j, x in enumerate(o)) for i, o in enumerate(old)]
+    adv = torch.randn(num, generator=gen).tolist()
+    return [
+        TrainSequence(p, r, o, advantage=a, weight=weight, is_peer=peer)
+        for p, r, o, a in zip(prompts, responses, old, adv)
+    ]
+
+
+def _grads(model):
+    return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "constant"])
+def test_micro_batches_with_accumulation_equal_one_minibatch(random_lm, mode):
+    seqs = _sequences(random_lm, 8)
+    grads = {}
+    for micro in (8, 2):
+        random_lm.zero_grad(set_to_none=True)
+        s = UpdateSettings(micro_batch_size=micro, loss_agg=mode, loss_constant=10)
+        stats = minibatch_backward(random_lm, seqs, s, pad_id=0)
+        grads[micro] = _grads(random_lm)
+        assert stats["tokens"] == sum(q.num_tokens for q in seqs)
+    assert len(grads[8]) == len(grads[2]) > 0
+    for g8, g2 in zip(grads[8], grads[2]):
+        torch.testing.assert_close(g8, g2, rtol=1e-5, atol=1e-7)
+    assert any(g.abs().sum() > 0 for g in grads[8])
+
+
+def test_weights_scale_a_sequence_gradient(random_lm):
+    """A weight multiplies the response's token sum; the denominator stays unweighted."""
+    seqs = _sequences(random_lm, 4)
+    half = [
+        TrainSequence(q.prompt_ids, q.response_ids, q.old_logprobs, q.advantage, 0.5) for q in seqs
+    ]
+    s = UpdateSettings(micro_batch_size=4)
+    random_lm.zero_grad(set_to_none=True)
+    full_stats = minibatch_backward(random_lm, seqs, s, pad_id=0)
+    g_full = _grads(random_lm)
+    random_lm.zero_grad(set_to_none=True)
+    half_stats = minibatch_backward(random_lm, half, s, pad_id=0)
+    g_half = _grads(random_lm)
+    assert half_stats["loss"] == pytest.approx(0.5 * full_stats["loss"], rel=1e-5)
+    for a, b in zip(g_full, g_half):
+        torch.testing.assert_close(0.5 * a, b, rtol=1e-4, atol=1e-7)
+
+
+def _group(pid, peer):
+    seq = TrainSequence((2, 3), (4,), (-1.0,), advantage=1.0, is_peer=peer)
+    return TrainGroup(problem_id=pid, sequences=(seq,), is_peer=peer)
+
+
+def test_peer_groups_go_into_the_last_minibatches():
+    groups = [
+        _group("p0", True),
+        _group("s0", False),
+        _group("p1", True),
+        _group("s1", False),
+        _group("s2", False),
+        _group("s3", False),
+    ]
+    ordered = order_groups(groups, peer_position="last")
+    assert [g.problem_id for g in ordered] == ["s0", "s1", "s2", "s3", "p0", "p1"]
+    chunks = split_minibatches(ordered, 3)
+    assert [[g.problem_id for g in c] for c in chunks] == [["s0", "s1"], ["s2", "s3"], ["p0", "p1"]]
+    first = order_groups(groups, peer_position="first")
+    assert [g.problem_id for g in first[:2]] == ["p0", "p1"]
+    uniform = order_groups(groups, peer_position="uniform", seed=3)
+    assert sorted(g.problem_id for g in uniform) == sorted(g.problem_id for g in groups)
+
+
+def test_split_minibatches_keeps_groups_whole_and_near_equal():
+    groups = [_group(f"s{i}", False) for i in range(7)]
+    chunks = split_minibatches(groups, 4)
+    assert [len(c) for c in chunks] == [2, 2, 2, 1]
+    assert [g.problem_id for c in chunks for g in c] == [f"s{i}" for i in range(7)]
+
+
+def test_train_on_batch_raises_logprob_of_positive_advantage_responses(random_lm):
+    """A few updates on one batch move probability toward positive-advantage responses."""
+    prompt = (5, 6, 7)
+    good, bad = (9, 10, 11), (12, 13, 14)
+    before = score_sequences(random_lm, [prompt, prompt], [good, bad], pad_id=0)
+    seqs = (
+        TrainSequence(prompt, good, before[0], advantage=1.0),
+        TrainSequence(prompt, bad, before[1], advantage=-1.0),
+    )
+    opt = torch.optim.AdamW(random_lm.parameters(), lr=1e-2)
+    s = UpdateSettings(minibatches=1, micro_batch_size=2, epochs=3)
+    stats = train_on_batch(random_lm, opt, [TrainGroup("q", seqs)], s, pad_id=0)
+    after = score_sequences(random_lm, [prompt, prompt], [good, bad], pad_id=0)
+    assert sum(after[0]) > sum(before[0])
+    assert sum(after[1]) < sum(before[1])
+    assert stats["optim/steps"] == 3
+    assert 0 <= stats["loss/clip_frac"] <= 1 and stats["grad_norm"] > 0
