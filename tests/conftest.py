@@ -32,3 +32,36 @@ def random_lm():
         bos_token_id=None,
     )
     return LlamaForCausalLM(cfg).eval()
+
+
+def small_tiny_spec(arch: str = "llama", tokenizer: str = "char", **kw):
+    """A tiny model that builds in a few seconds (briefly pre-trained on 2-digit addition)."""
+    from graft.config import ArithmeticConfig
+    from graft.models.tiny import TinySpec
+
+    task = ArithmeticConfig(skills=("add:2,2",), num_train=400, num_test=50)
+    base = dict(
+        arch=arch,
+        tokenizer=tokenizer,
+        task=task,
+        pretrain_steps=40,
+        batch_size=16,
+        hidden=64,
+        intermediate=128,
+        layers=2,
+        seed=3,
+    )
+    base.update(kw)
+    return TinySpec(**base)
+
+
+@pytest.fixture(scope="session")
+def tiny_paths():
+    """Built (or cached) small models of the three architectures: {"llama": dir, ...}."""
+    from graft.models.tiny import build_tiny
+
+    return {
+        "llama": str(build_tiny(small_tiny_spec("llama", "char"))),
+        "qwen2": str(build_tiny(small_tiny_spec("qwen2", "bpe", bpe_vocab_size=300))),
+        "gpt2": str(build_tiny(small_tiny_spec("gpt2", "char"))),
+    }

@@ -30,3 +30,13 @@ def loaded_modules(response: str, gold: str) -> Verdict:
 
 def not_a_verdict(response: str, gold: str) -> object:
     return True
+
+
+def hang_on_seven(response: str, gold: str) -> Verdict:
+    """The arithmetic verifier, except that a response ending in 7 hangs forever."""
+    from graft.tasks.verify import verify_final_number
+
+    if response.strip().endswith("7"):
+        while True:
+            time.sleep(0.05)
+    return verify_final_number(response, gold)

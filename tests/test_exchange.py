@@ -1,8 +1,8 @@
 """Table-driven tests of the GRAFT gate, balancing and multi-peer selection (pure)."""
 
 import pytest
-from exchange_helpers import groups_for
 
+from exchange_helpers import groups_for
 from graft.exchange import balance, gate, select_transfers, top_m_with_ties
 
 
@@ -55,8 +55,9 @@ def test_balancing_ranks_by_source_success_count():
     assert by_pair["a", "b"].candidates == (0, 1, 2, 3)
     assert by_pair["a", "b"].selected == (1, 2)  # m = 2: A's two most successful groups
     assert by_pair["b", "a"].selected == (4, 5)
-    unbalanced = {(s.source, s.receiver): s for s in select_transfers({"a": a, "b": b},
-                                                                      balancing=False)}
+    unbalanced = {
+        (s.source, s.receiver): s for s in select_transfers({"a": a, "b": b}, balancing=False)
+    }
     assert unbalanced["a", "b"].selected == (0, 1, 2, 3)
 
 
@@ -79,9 +80,13 @@ def test_random_selection_is_count_matched():
     a = groups_for("a", ["1100", "1000", "0000", "1111", "0000", "0000"])
     b = groups_for("b", ["0000", "0000", "1100", "0000", "0000", "1000"])
     gated = {(s.source, s.receiver): s for s in select_transfers({"a": a, "b": b})}
-    rand = {(s.source, s.receiver): s for s in select_transfers({"a": a, "b": b},
-                                                               selection="random", seed=5)}
+    rand = {
+        (s.source, s.receiver): s
+        for s in select_transfers({"a": a, "b": b}, selection="random", seed=5)
+    }
     for pair in gated:
         assert len(rand[pair].selected) == len(gated[pair].selected)
-    assert select_transfers({"a": a, "b": b}, selection="random", seed=5)[0].selected == \
-        rand["a", "b"].selected
+    assert (
+        select_transfers({"a": a, "b": b}, selection="random", seed=5)[0].selected
+        == rand["a", "b"].selected
+    )

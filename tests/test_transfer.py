@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-from exchange_helpers import groups_for
 
+from exchange_helpers import groups_for
 from graft.config import ExchangeConfig
 from graft.exchange import Selection
 from graft.transfer import (
@@ -113,8 +113,9 @@ def test_per_byte_and_receiver_relative_scores():
     assert [q.weight for q in per_byte.groups[0].sequences] == pytest.approx(
         [1, 1, math.exp(-2.4 / 4), math.exp(-2.4 / 4)]
     )
-    rel = graft_direction(sel, b, a, reqs, imps, ExchangeConfig(weight="receiver_relative",
-                                                                delta=0))
+    rel = graft_direction(
+        sel, b, a, reqs, imps, ExchangeConfig(weight="receiver_relative", delta=0)
+    )
     # receiver's own responses on prompt 0 have mean log-prob -0.2 -> s = exp(l_R + 0.2)
     assert [q.weight for q in rel.groups[0].sequences] == pytest.approx(
         [1, 1, math.exp(-0.8), math.exp(-0.8)]
@@ -142,8 +143,9 @@ def test_pooled_success_only_sgt_and_luffy():
     assert [q.objective for q in seqs] == ["pg"] * 4 + ["sft"]
     assert seqs[-1].weight == pytest.approx(0.1) and all(q.advantage == 0 for q in seqs[:4])
 
-    luffy = graft_direction(sel, b, a, reqs, _imported(same, same, (-5, -5), same),
-                            ExchangeConfig(peer_update="luffy")).groups[0]
+    luffy = graft_direction(
+        sel, b, a, reqs, _imported(same, same, (-5, -5), same), ExchangeConfig(peer_update="luffy")
+    ).groups[0]
     assert [q.objective for q in luffy.sequences] == ["luffy"] * 4
     assert [q.weight for q in luffy.sequences] == [1.0] * 4  # no compatibility weight, no floor
 

@@ -108,6 +108,9 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class VerifyConfig:
+    verifier: str = ""
+    """Verifier instead of the task's own: a built-in name (`math`, `final_number`) or an import
+    path `package.module:function` taking (response, gold) and returning a graft Verdict."""
     workers: int = 2
     """Verifier worker processes."""
     timeout_s: float = 5.0

@@ -125,12 +125,13 @@ class MetricsLog:
                 self._tb = None
 
     def _truncate_from(self, step: int) -> None:
-        """On resume, drop records of steps that will be run again."""
+        """On resume from a checkpoint taken after `step` steps, drop the records of later steps
+        (they will be run again)."""
         if not self.path.exists():
             return
         kept = []
         for line in self.path.read_text().splitlines():
-            if line.strip() and json.loads(line).get("step", 0) < step:
+            if line.strip() and json.loads(line).get("step", 0) <= step:
                 kept.append(line)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(k + "\n" for k in kept))

@@ -16,7 +16,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from graft.backends import Backend, make_backend
-from graft.config import Config, Plan, make_plan
+from graft.config import Config, ConfigError, Plan, make_plan
 from graft.evaluate import evaluate_backend
 from graft.groups import group_metrics, make_groups
 from graft.peer import AdmissionMonitor, online_exchange, own_batches
@@ -35,6 +35,7 @@ from graft.rundir import (
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
+from graft.tasks.verify import resolve_verifier
 from graft.types import Group, TrainGroup
 
 
@@ -77,8 +78,17 @@ class Trainer:
         self.task: Task = build_task(cfg.task)
         self.train_problems = self.task.train_problems()
         self.test_problems = self.task.test_problems()[: cfg.eval.num_problems]
-        self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
+        self.verifier = cfg.verify.verifier or self.task.verifier
+        try:
+            resolve_verifier(self.verifier)
+        except (ValueError, ImportError) as err:
+            raise ConfigError(f"verify.verifier: {err}") from None
         self.backend = backend or make_backend(policy_specs(cfg), cfg.run.backend)
+        try:
+            self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
+        except BaseException:
+            self.backend.close()
+            raise
         self.monitor = AdmissionMonitor(cfg.exchange.warn_after)
         self.names = self.backend.names
         self.multi = len(self.names) > 1
@@ -99,7 +109,7 @@ class Trainer:
         groups = {
             name: make_groups(
                 rs,
-                verify_rollouts(self.pool, self.task.verifier, rs),
+                verify_rollouts(self.pool, self.verifier, rs),
                 mode=cfg.algo.advantage,
                 eps=cfg.algo.adv_eps,
             )
@@ -162,7 +172,7 @@ class Trainer:
             self.backend,
             self.test_problems,
             pool=self.pool,
-            verifier=self.task.verifier,
+            verifier=self.verifier,
             k=e.samples,
             params=params,
             seeds=self._seeds(step, "eval"),
