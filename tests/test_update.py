@@ -128,3 +128,76 @@ def test_train_on_batch_raises_logprob_of_positive_advantage_responses(random_lm
     assert sum(after[1]) < sum(before[1])
     assert stats["optim/steps"] == 3
     assert 0 <= stats["loss/clip_frac"] <= 1 and stats["grad_norm"] > 0
+
+
+def _one_token_batch(objective, *, adv=1.0, weight=1.0):
+    return [TrainSequence((5, 6), (7,), (-1.0,), advantage=adv, weight=weight, objective=objective)]
+
+
+def test_luffy_and_sft_objectives_have_the_stated_gradients(random_lm):
+    """LUFFY: d/dlogp of -A * p / (p + g) is -A * g * p / (p + g)^2; SFT: -1 (per token)."""
+    seq = _one_token_batch("pg")[0]
+    logp = score_sequences(random_lm, [seq.prompt_ids], [seq.response_ids], pad_id=0)[0][0]
+    p, g = torch.tensor(logp).exp().item(), 0.1
+    s = UpdateSettings(micro_batch_size=1, luffy_gamma=g)
+    for objective, expected_loss in (
+        ("luffy", -1.0 * p / (p + g)),
+        ("sft", -logp),
+    ):
+        random_lm.zero_grad(set_to_none=True)
+        stats = minibatch_backward(random_lm, _one_token_batch(objective), s, pad_id=0)
+        assert stats["loss"] == pytest.approx(expected_loss, rel=1e-5)
+        assert stats["clipped"] == 0
+
+
+def test_sft_tokens_stay_out_of_the_policy_gradient_denominator():
+    from graft.update import sequence_coefficients
+
+    seqs = [
+        TrainSequence((1,), (2, 3), (-1.0, -1.0), advantage=1.0),
+        TrainSequence((1,), (2, 3, 4), (-1.0,) * 3, advantage=-1.0),
+        TrainSequence((1,), (5, 6, 7, 8), (-1.0,) * 4, advantage=0.0, weight=0.1,
+                      objective="sft"),
+    ]
+    coef = sequence_coefficients(seqs, UpdateSettings())
+    assert coef.tolist() == pytest.approx([1 / 5, 1 / 5, 1 / 4])
+
+
+def test_sequence_ratio_is_one_ratio_per_response():
+    from graft.loss import sequence_ratio_surrogate
+
+    logp = torch.tensor([[-1.0, -2.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[-1.5, -1.5, 0.0]])
+    mask = torch.tensor([[True, True, False]])
+    loss, clipped = sequence_ratio_surrogate(logp, old, torch.tensor([1.0]), mask,
+                                             clip_low=0.2, clip_high=0.28)
+    # mean log-ratio over the 2 real tokens: (0.5 - 0.5) / 2 = 0 -> ratio 1 on every token
+    assert loss[0, :2].tolist() == pytest.approx([-1.0, -1.0])
+    assert not clipped[0, :2].any()
+    loss2, clipped2 = sequence_ratio_surrogate(
+        logp, torch.tensor([[-2.0, -2.5, 0.0]]), torch.tensor([1.0]), mask,
+        clip_low=0.2, clip_high=0.28,
+    )
+    # mean log-ratio 1.0 -> ratio e = 2.718 > 1.28: clipped as a whole
+    assert loss2[0, :2].tolist() == pytest.approx([-1.28, -1.28])
+    assert clipped2[0, :2].all()
+
+
+def test_kl_penalty_holds_the_policy_near_the_reference(random_lm):
+    import copy
+
+    prompt, good = (5, 6, 7), (9, 10, 11)
+    old = score_sequences(random_lm, [prompt], [good], pad_id=0)
+    seqs = (TrainSequence(prompt, good, old[0], advantage=1.0),)
+    moved = {}
+    for kl in (0.0, 5.0):
+        model = copy.deepcopy(random_lm)
+        ref = copy.deepcopy(random_lm).requires_grad_(False)
+        opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+        s = UpdateSettings(minibatches=1, epochs=4, kl_coef=kl, clip_high=10.0)
+        stats = train_on_batch(model, opt, [TrainGroup("q", seqs)], s, pad_id=0, ref_model=ref)
+        after = score_sequences(model, [prompt], [good], pad_id=0)
+        moved[kl] = sum(after[0]) - sum(old[0])
+        if kl > 0:
+            assert stats["loss/kl"] > 0
+    assert abs(moved[5.0]) < moved[0.0]
