@@ -156,8 +156,7 @@ def test_sft_tokens_stay_out_of_the_policy_gradient_denominator():
     seqs = [
         TrainSequence((1,), (2, 3), (-1.0, -1.0), advantage=1.0),
         TrainSequence((1,), (2, 3, 4), (-1.0,) * 3, advantage=-1.0),
-        TrainSequence((1,), (5, 6, 7, 8), (-1.0,) * 4, advantage=0.0, weight=0.1,
-                      objective="sft"),
+        TrainSequence((1,), (5, 6, 7, 8), (-1.0,) * 4, advantage=0.0, weight=0.1, objective="sft"),
     ]
     coef = sequence_coefficients(seqs, UpdateSettings())
     assert coef.tolist() == pytest.approx([1 / 5, 1 / 5, 1 / 4])
@@ -169,14 +168,19 @@ def test_sequence_ratio_is_one_ratio_per_response():
     logp = torch.tensor([[-1.0, -2.0, 0.0]], requires_grad=True)
     old = torch.tensor([[-1.5, -1.5, 0.0]])
     mask = torch.tensor([[True, True, False]])
-    loss, clipped = sequence_ratio_surrogate(logp, old, torch.tensor([1.0]), mask,
-                                             clip_low=0.2, clip_high=0.28)
+    loss, clipped = sequence_ratio_surrogate(
+        logp, old, torch.tensor([1.0]), mask, clip_low=0.2, clip_high=0.28
+    )
     # mean log-ratio over the 2 real tokens: (0.5 - 0.5) / 2 = 0 -> ratio 1 on every token
     assert loss[0, :2].tolist() == pytest.approx([-1.0, -1.0])
     assert not clipped[0, :2].any()
     loss2, clipped2 = sequence_ratio_surrogate(
-        logp, torch.tensor([[-2.0, -2.5, 0.0]]), torch.tensor([1.0]), mask,
-        clip_low=0.2, clip_high=0.28,
+        logp,
+        torch.tensor([[-2.0, -2.5, 0.0]]),
+        torch.tensor([1.0]),
+        mask,
+        clip_low=0.2,
+        clip_high=0.28,
     )
     # mean log-ratio 1.0 -> ratio e = 2.718 > 1.28: clipped as a whole
     assert loss2[0, :2].tolist() == pytest.approx([-1.28, -1.28])
