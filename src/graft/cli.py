@@ -13,6 +13,7 @@ EPILOG = """examples:
   graft train --resume runs/grpo_tiny --set run.steps=100
   graft config --docs                 every config key with its type, default and meaning
   graft tiny build llama-char-add     build (or reuse) a cached tiny model
+  graft store info runs/grpo_tiny/trajectories
 """
 
 
@@ -55,6 +56,19 @@ def _parser() -> argparse.ArgumentParser:
     build = tiny_sub.add_parser("build", help="build (or reuse from the cache) a tiny preset")
     build.add_argument("preset", help="preset name (see `graft tiny list`)")
     tiny_sub.add_parser("list", help="list the tiny presets")
+
+    store = sub.add_parser("store", help="inspect, check and export a trajectory store")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    info = store_sub.add_parser("info", help="rows, models, steps, prompts, reward rate per model")
+    info.add_argument("path", help="store path or URI (e.g. RUN_DIR/trajectories)")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    validate = store_sub.add_parser("validate", help="check every file; exit 1 on any problem")
+    validate.add_argument("path")
+    export = store_sub.add_parser("export", help="write the rows as JSON lines")
+    export.add_argument("path")
+    export.add_argument("--format", choices=["jsonl"], default="jsonl")
+    export.add_argument("--out", help="output file (default: standard output)")
+    export.add_argument("--model", action="append", help="only these models (repeatable)")
 
     demo = sub.add_parser("demo", help="a short GRPO run of a tiny model on CPU")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
@@ -158,7 +172,61 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "config": cmd_config, "tiny": cmd_tiny, "demo": cmd_demo}
+def cmd_store(args: argparse.Namespace) -> int:
+    import json
+
+    from graft.store import TrajectoryStore
+
+    store = TrajectoryStore(args.path)
+    if args.store_command == "info":
+        info = store.info()
+        if args.json:
+            print(json.dumps(info, indent=2))
+            return 0
+        print(
+            f"store {info['uri']}: {info['rows']} rows, {info['prompts']} prompts, "
+            f"schema versions {info['schema_versions']}"
+        )
+        print(f"  {'model':16s} {'rows':>8s} {'prompts':>8s} {'steps':>11s} {'reward':>7s}  runs")
+        for name, m in info["models"].items():
+            steps = f"{m['steps'][0]}-{m['steps'][1]}"
+            print(
+                f"  {name:16s} {m['rows']:8d} {m['prompts']:8d} {steps:>11s} "
+                f"{m['reward_rate']:7.3f}  {', '.join(m['runs'])}"
+            )
+        for path, why in info["problems"]:
+            print(f"  problem: {path}: {why}")
+        return 0
+    if args.store_command == "validate":
+        report = store.validate()
+        for path, why in report.problems:
+            print(f"problem: {path}: {why}")
+        for path in report.incomplete:
+            print(f"ignored: {path}: an interrupted write (never read)")
+        print(
+            f"{'ok' if report.ok else 'NOT OK'}: {report.shards} readable shards, "
+            f"{report.rows} rows, {len(report.problems)} problem files"
+        )
+        return 0 if report.ok else 1
+    table = store.scan(models=args.model)
+    out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115
+    try:
+        for batch in table.to_batches(max_chunksize=1024):
+            for row in batch.to_pylist():
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    finally:
+        if args.out:
+            out.close()
+    return 0
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "config": cmd_config,
+    "tiny": cmd_tiny,
+    "store": cmd_store,
+    "demo": cmd_demo,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,6 +28,7 @@ __all__ = [
     "Plan",
     "RolloutConfig",
     "RunConfig",
+    "StoreConfig",
     "TaskConfig",
     "VerifyConfig",
     "load_config",
@@ -240,6 +241,30 @@ class ExchangeConfig:
     """A re-tokenized peer response longer than rollout.max_new_tokens: drop it, or cut it."""
     warn_after: int = 10
     """Warn when a direction has had candidates but admitted nothing for this many steps."""
+    source: Literal["online", "stored"] = "online"
+    """`online`: co-training policies exchange groups; `stored`: ONE policy takes groups from a
+    peer's recorded trajectories (`exchange.store`), re-verified, one direction, no balancing."""
+    store: str = ""
+    """Stored mode: the peer's trajectory store (a run's `trajectories/` folder, path or URI)."""
+    peer_model: str = ""
+    """Stored mode: the peer's model name in the store; empty: the only model there."""
+    peer_run: str = ""
+    """Stored mode: the peer's run id in the store; empty: the only run of that model."""
+    peer_records: Literal["latest", "same_step", "step"] = "latest"
+    """Stored mode: which group per prompt: the most recent record, the one written at the same
+    step number as the receiver's current step, or the one at `peer_step`."""
+    peer_step: int = 0
+    """Stored mode with peer_records=step: the step whose records are used."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    enabled: bool = True
+    """Write every rollout (used, replaced and failed alike) to the run's trajectory store."""
+    path: str = ""
+    """Where: a local path or a filesystem URI; empty: RUN_DIR/trajectories."""
+    background: bool = True
+    """Write shards on a background thread so that a step does not wait for the disk."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +296,9 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Policy-gradient objective and update schedule."""
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
-    """GRAFT peer-group exchange (used when two or more models train)."""
+    """GRAFT peer-group exchange (two or more models online, or one model and a stored peer)."""
+    store: StoreConfig = field(default_factory=StoreConfig)
+    """The trajectory store this run writes."""
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     """The verifier pool."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -355,6 +382,10 @@ def validate(cfg: Config) -> None:
     _check(x.sgt_coef >= 0, "exchange.sgt_coef", "must be >= 0")
     _check(x.luffy_gamma > 0, "exchange.luffy_gamma", "must be > 0")
     _check(x.warn_after >= 1, "exchange.warn_after", "must be >= 1")
+    if x.source == "stored" and x.enabled:
+        _check(bool(x.store), "exchange.store", "stored mode needs the peer's trajectory store")
+        _check(len(cfg.models) == 1, "models", "stored mode trains exactly one model")
+        _check(x.peer_step >= 0, "exchange.peer_step", "must be >= 0")
     e = cfg.eval
     _check(e.every >= 0, "eval.every", "must be >= 0")
     _check(e.samples >= 1, "eval.samples", "must be >= 1")

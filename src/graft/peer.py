@@ -25,11 +25,17 @@ class ExchangeOutcome:
     metrics: dict[str, float]
     """Per direction, under `x/<source>-><receiver>/...`."""
     directions: dict[tuple[str, str], DirectionResult]
+    replaced: dict[str, frozenset[int]]
+    """Per receiver, the prompts whose own group was replaced (selected for a transfer)."""
 
 
 def own_batches(groups: Mapping[str, Sequence[Group]]) -> dict[str, list[TrainGroup]]:
     """No exchange: each policy trains on its own groups (GRPO)."""
     return {name: [self_train_group(g) for g in gs] for name, gs in groups.items()}
+
+
+def no_exchange(groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
+    return ExchangeOutcome(own_batches(groups), {}, {}, {name: frozenset() for name in groups})
 
 
 def exchange_groups(
@@ -82,7 +88,7 @@ def exchange_groups(
         )
         directions[s.source, s.receiver] = result
         metrics.update({f"x/{s.source}->{s.receiver}/{k}": v for k, v in result.metrics.items()})
-    batches = {}
+    batches, replaced = {}, {}
     for receiver in {s.receiver for s in selections}:
         mine = [s for s in selections if s.receiver == receiver]
         replacements: dict[int, TrainGroup] = {}
@@ -90,7 +96,8 @@ def exchange_groups(
             replacements.update(directions[s.source, s.receiver].groups)
         selected = {i for s in mine for i in s.selected}
         batches[receiver] = receiver_batch(groups[receiver], replacements, selected)
-    return ExchangeOutcome(batches=batches, metrics=metrics, directions=directions)
+        replaced[receiver] = frozenset(selected)
+    return ExchangeOutcome(batches, metrics, directions, replaced)
 
 
 def online_exchange(

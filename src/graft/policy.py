@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from graft.config import AlgoConfig, ModelConfig, RolloutConfig
 from graft.errors import DataError
 from graft.modeling import score_sequences
-from graft.models import load_model_and_tokenizer
+from graft.models import load_model_and_tokenizer, model_fingerprint
 from graft.rollout import SamplingParams, sample
 from graft.transfer import Imported, PeerResponse
 from graft.types import Completion, Problem, Rollout, TrainGroup
@@ -80,6 +80,7 @@ class Policy:
             spec.model, cache_dir=cache, key=f"models.{spec.index}"
         )
         self.model.eval()  # no dropout in RL updates; gradients still flow
+        self.fingerprint = model_fingerprint(self.model)  # of the initial weights
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.stop_ids = self._stop_ids()
         self.ref_model = None
@@ -132,6 +133,13 @@ class Policy:
             self._prompt_cache.clear()
         self._prompt_cache[task_prompt] = ids
         return ids
+
+    def describe(self) -> dict[str, str]:
+        """Provenance of this policy for the trajectory store."""
+        return {
+            "model_revision": self.fingerprint,
+            "tokenizer": self.spec.model.tokenizer or self.spec.model.path,
+        }
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

@@ -1,6 +1,7 @@
 """The training loop. One step reads as the method:
 
-    rollout -> verify -> group (advantages) -> update -> log -> (evaluate, checkpoint)
+    rollout -> verify -> group (advantages) -> exchange -> update -> store -> log
+    (then, when due: evaluate, checkpoint)
 
 Every policy gets the same prompt batch each step. Randomness is derived from (run seed, step,
 policy), never carried in hidden state, so `graft train --resume` continues exactly.
@@ -19,8 +20,9 @@ from graft.backends import Backend, make_backend
 from graft.config import Config, ConfigError, Plan, make_plan
 from graft.evaluate import evaluate_backend
 from graft.groups import group_metrics, make_groups
-from graft.peer import AdmissionMonitor, online_exchange, own_batches
+from graft.peer import AdmissionMonitor, ExchangeOutcome, no_exchange, online_exchange
 from graft.policy import PolicySpec, derive_seed
+from graft.recorder import Recorder
 from graft.rollout import SamplingParams
 from graft.rundir import (
     MetricsLog,
@@ -32,11 +34,12 @@ from graft.rundir import (
     write_config,
     write_summary,
 )
+from graft.stored_peer import StoredPeer, stored_exchange
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import resolve_verifier
-from graft.types import Group, TrainGroup
+from graft.types import Group
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,14 @@ class Trainer:
             self.backend.close()
             raise
         self.monitor = AdmissionMonitor(cfg.exchange.warn_after)
+        self.stored_peer = None
+        self.recorder: Recorder | None = None
+        if cfg.exchange.enabled and cfg.exchange.source == "stored":
+            try:
+                self.stored_peer = StoredPeer(cfg.exchange)
+            except BaseException:
+                self.close()
+                raise
         self.names = self.backend.names
         self.multi = len(self.names) > 1
         r = cfg.rollout
@@ -116,39 +127,50 @@ class Trainer:
             for name, rs in rollouts.items()
         }
         t2 = time.perf_counter()
-        batches, exchange_metrics = self.exchange(step, groups)
+        outcome = self.exchange(step, groups)
         t3 = time.perf_counter()
-        stats = self.backend.train(batches, seeds=self._seeds(step, "update"))
+        stats = self.backend.train(outcome.batches, seeds=self._seeds(step, "update"))
         t4 = time.perf_counter()
-        metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t4))
-        metrics.update(exchange_metrics)
-        metrics["time/exchange_s"] = t3 - t2
+        if self.recorder is not None:
+            self.recorder.record(step, groups, outcome.replaced)
+        metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
+        metrics.update(outcome.metrics)
+        metrics["time/store_s"] = time.perf_counter() - t4
         return metrics
 
-    def exchange(
-        self, step: int, groups: Mapping[str, Sequence[Group]]
-    ) -> tuple[dict[str, list[TrainGroup]], dict[str, float]]:
-        """GRAFT between the policies (or, with one policy or exchange off, plain GRPO)."""
-        x = self.cfg.exchange
-        if not (self.multi and x.enabled):
-            return own_batches(groups), {}
-        outcome = online_exchange(
-            groups,
-            self.backend,
-            x,
-            seed=derive_seed(self.cfg.run.seed, step, "exchange"),
-            adv_mode=self.cfg.algo.advantage,
-            adv_eps=self.cfg.algo.adv_eps,
-        )
+    def exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
+        """GRAFT: online between co-training policies, or from a stored peer; else plain GRPO."""
+        x, algo = self.cfg.exchange, self.cfg.algo
+        seed = derive_seed(self.cfg.run.seed, step, "exchange")
+        if not x.enabled or (self.stored_peer is None and not self.multi):
+            return no_exchange(groups)
+        if self.stored_peer is not None:
+            (receiver,) = self.names
+            outcome = stored_exchange(
+                receiver,
+                groups[receiver],
+                self.stored_peer,
+                self.backend,
+                step=step,
+                pool=self.pool,
+                verifier=self.verifier,
+                seed=seed,
+                adv_mode=algo.advantage,
+                adv_eps=algo.adv_eps,
+            )
+        else:
+            outcome = online_exchange(
+                groups, self.backend, x, seed=seed, adv_mode=algo.advantage, adv_eps=algo.adv_eps
+            )
         for message in self.monitor.update(outcome.metrics):
             tqdm.write(f"warning: {message}")
-        return outcome.batches, outcome.metrics
+        return outcome
 
     def _seeds(self, step: int, purpose: str) -> dict[str, int]:
         return {name: derive_seed(self.cfg.run.seed, step, name, purpose) for name in self.names}
 
     def _step_metrics(self, groups, stats, *, times) -> dict[str, float]:
-        t0, t1, t2, t3 = times  # generate | verify | exchange + train
+        t0, t1, t2, t3, t4 = times  # generate | verify | exchange | train
         out: dict[str, float] = {}
         gen_tokens = 0
         for name in self.names:
@@ -157,9 +179,10 @@ class Trainer:
             out.update(namespaced(name, stats.get(name, {}), multi=self.multi))
         out["time/generate_s"] = t1 - t0
         out["time/verify_s"] = t2 - t1
-        out["time/train_s"] = t3 - t2
-        out["time/step_s"] = t3 - t0
-        out["tokens_per_s"] = gen_tokens / max(t3 - t0, 1e-9)
+        out["time/exchange_s"] = t3 - t2
+        out["time/train_s"] = t4 - t3
+        out["time/step_s"] = t4 - t0
+        out["tokens_per_s"] = gen_tokens / max(t4 - t0, 1e-9)
         return out
 
     # ------------------------------------------------------------------ evaluation
@@ -188,6 +211,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, run_dir: Path, next_step: int) -> None:
+        if self.recorder is not None:
+            self.recorder.flush()  # a checkpoint implies the store holds every earlier step
         tmp = begin_checkpoint(run_dir, next_step)
         self.backend.save(tmp)
         commit_checkpoint(
@@ -212,6 +237,11 @@ class Trainer:
         cfg = self.cfg
         write_config(run_dir, cfg)
         start = self.restore(run_dir) if resume else 0
+        if cfg.store.enabled:
+            self.recorder = Recorder(
+                cfg, run_dir, verifier=self.verifier, policies=self.backend.describe()
+            )
+            self.recorder.rollback(start)
         log = MetricsLog(run_dir, start_step=start, tensorboard=cfg.run.tensorboard)
         last: dict[str, float] = {}
         try:
@@ -237,6 +267,8 @@ class Trainer:
                 every = cfg.run.save_every
                 if done == cfg.run.steps or (every > 0 and done % every == 0):
                     self.save(run_dir, done)
+            if self.recorder is not None:
+                self.recorder.flush()
         finally:
             log.close()
         write_summary(run_dir, last)
@@ -251,6 +283,8 @@ class Trainer:
         return out
 
     def close(self) -> None:
+        if getattr(self, "recorder", None) is not None:
+            self.recorder.close()
         self.backend.close()
         self.pool.close()
 

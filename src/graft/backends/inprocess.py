@@ -42,6 +42,9 @@ class InProcessBackend:
     ) -> dict[str, dict[str, float]]:
         return {name: self.policies[name].train(b, seed=seeds[name]) for name, b in batches.items()}
 
+    def describe(self) -> dict[str, dict[str, str]]:
+        return {name: p.describe() for name, p in self.policies.items()}
+
     def save(self, directory: Path) -> None:
         for name, p in self.policies.items():
             p.save(directory / name)

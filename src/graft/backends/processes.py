@@ -151,6 +151,9 @@ class ProcessBackend:
             {name: ("train", (list(b),), {"seed": seeds[name]}) for name, b in batches.items()}
         )
 
+    def describe(self) -> dict[str, dict[str, str]]:
+        return self._call({name: ("describe", (), {}) for name in self.names})
+
     def save(self, directory: Path) -> None:
         self._call({name: ("save", (str(directory / name),), {}) for name in self.names})
 

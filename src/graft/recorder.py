@@ -1,0 +1,120 @@
+"""Recording every rollout of a training run (used, replaced and failed alike) in its store."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graft.config import Config, to_dict
+from graft.store import Provenance, StoreWriter, group_rows
+from graft.tasks.verify import verifier_version
+from graft.types import Group
+
+PACKAGES = ("graft-rl", "torch", "transformers", "tokenizers", "pyarrow", "math-verify", "numpy")
+
+
+def run_id_for(run_dir: Path) -> str:
+    """The run's id, created on first start and kept in RUN_DIR/run.json (a resume reuses it)."""
+    path = run_dir / "run.json"
+    if path.is_file():
+        return json.loads(path.read_text())["run_id"]
+    run_id = f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"run_id": run_id}))
+    return run_id
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def run_metadata(cfg: Config, run_id: str) -> dict[str, Any]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = ""
+    return {
+        "run_id": run_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": to_dict(cfg),
+        "versions": {"python": platform.python_version(), **versions},
+        "git_commit": _git_commit(),
+    }
+
+
+class Recorder:
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        *,
+        verifier: str,
+        policies: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        run_id = run_id_for(run_dir)
+        self.uri = cfg.store.path or str(run_dir / "trajectories")
+        self.writer = StoreWriter(
+            self.uri,
+            run_id=run_id,
+            run_meta=run_metadata(cfg, run_id),
+            background=cfg.store.background,
+        )
+        r = cfg.rollout
+        self.provenance = {
+            name: Provenance(
+                run_id=run_id,
+                model=name,
+                model_revision=info["model_revision"],
+                tokenizer=info["tokenizer"],
+                verifier=verifier,
+                verifier_version=verifier_version(verifier),
+                temperature=r.temperature,
+                top_p=r.top_p,
+                top_k=r.top_k,
+                max_new_tokens=r.max_new_tokens,
+            )
+            for name, info in policies.items()
+        }
+
+    def record(
+        self,
+        step: int,
+        groups: Mapping[str, Sequence[Group]],
+        replaced: Mapping[str, frozenset[int]],
+    ) -> None:
+        for name, gs in groups.items():
+            if name not in self.provenance:  # a stored peer's groups are not this run's
+                continue
+            flags = [i in replaced.get(name, frozenset()) for i in range(len(gs))]
+            self.writer.write(
+                name, step, group_rows(gs, step=step, prov=self.provenance[name], replaced=flags)
+            )
+
+    def rollback(self, next_step: int) -> None:
+        """On resume: drop shards of steps at or after `next_step` (they are run again)."""
+        self.writer.rollback(after_step=next_step - 1)
+
+    @property
+    def seconds_writing(self) -> float:
+        return self.writer.seconds_writing
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

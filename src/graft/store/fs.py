@@ -1,0 +1,26 @@
+"""Filesystems for the store: local paths, pyarrow URIs (file://, s3://, gs://, hdfs://), and any
+other fsspec protocol (memory://, ...) through pyarrow's fsspec handler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+
+def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, root path inside it) for a store location."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), str(Path(uri).expanduser().absolute())
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return fs, path.rstrip("/")
+    except ValueError:  # pyarrow.ArrowInvalid: not a filesystem pyarrow knows
+        pass
+    try:
+        import fsspec
+    except ImportError:  # pragma: no cover - fsspec ships with huggingface_hub
+        raise ValueError(f"cannot open {uri}: unknown filesystem, fsspec not installed") from None
+    protocol, _, rest = uri.partition("://")
+    handler = pafs.FSSpecHandler(fsspec.filesystem(protocol))
+    return pafs.PyFileSystem(handler), ("/" + rest.lstrip("/")).rstrip("/")

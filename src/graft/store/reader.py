@@ -1,0 +1,308 @@
+"""Reading a trajectory store: listing, validation, filtered scans, lookups by prompt id.
+
+Every problem file (a foreign file, a corrupt shard, a write that never finished) is reported by
+name and skipped; the rest of the store stays readable. A shard written by a NEWER schema than this
+code knows is refused with an error, never misread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from graft.errors import DataError
+from graft.store.fs import open_filesystem
+from graft.store.schema import COLUMNS, FORMAT_NAME, INDEX_COLUMNS, SCHEMA_VERSION
+
+_SHARD = re.compile(r"shards/run=([^/]+)/model=([^/]+)/step_(\d{8})\.parquet$")
+
+
+class StoreError(DataError):
+    """A store that cannot be used as asked; the message names the path."""
+
+
+class StoreSchemaError(StoreError):
+    """A shard written by a newer graft than this one."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: str
+    run_id: str
+    model: str
+    step: int
+
+
+@dataclass
+class Report:
+    """What `validate` found: readable shards and rows, and every problem file by name."""
+
+    shards: int = 0
+    rows: int = 0
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class TrajectoryStore:
+    def __init__(self, uri: str, *, cache_shards: int = 8) -> None:
+        self.uri = uri
+        self.fs, self.root = open_filesystem(uri)
+        marker = self.fs.get_file_info(f"{self.root}/store.json")
+        if marker.type != pa.fs.FileType.File:
+            raise StoreError(f"{uri}: not a graft trajectory store (no store.json)")
+        self.problems: list[tuple[str, str]] = []
+        self._cache: OrderedDict[str, pa.Table] = OrderedDict()
+        self._cache_size = cache_shards
+        self._index: dict[tuple[str, str | None], dict[str, list[tuple[int, Shard]]]] = {}
+
+    # ----------------------------------------------------------------- listing
+    def listing(self) -> tuple[list[Shard], list[tuple[str, str]], list[str]]:
+        """(shards, foreign files with a reason, unfinished temporary files)."""
+        base = f"{self.root}/shards"
+        selector = pa.fs.FileSelector(base, recursive=True, allow_not_found=True)
+        shards, foreign, partial = [], [], []
+        for info in self.fs.get_file_info(selector):
+            if info.type != pa.fs.FileType.File:
+                continue
+            rel = info.path[len(self.root) + 1 :]
+            if info.base_name.startswith(".") and info.base_name.endswith(".tmp"):
+                partial.append(rel)
+                continue
+            match = _SHARD.search(rel)
+            if match is None:
+                foreign.append((rel, "not a graft shard (unexpected name); ignored"))
+                continue
+            shards.append(Shard(info.path, match[1], match[2], int(match[3])))
+        shards.sort(key=lambda s: (s.run_id, s.model, s.step))
+        return shards, foreign, partial
+
+    def shards(self, *, model: str | None = None, run_id: str | None = None) -> list[Shard]:
+        found = self.listing()[0]
+        return [
+            s
+            for s in found
+            if (model is None or s.model == model) and (run_id is None or s.run_id == run_id)
+        ]
+
+    def runs(self) -> dict[str, dict[str, Any]]:
+        selector = pa.fs.FileSelector(f"{self.root}/runs", allow_not_found=True)
+        out = {}
+        for info in self.fs.get_file_info(selector):
+            if info.base_name.endswith(".json") and not info.base_name.startswith("."):
+                with self.fs.open_input_stream(info.path) as f:
+                    out[info.base_name[:-5]] = json.loads(f.read().decode())
+        return out
+
+    # ----------------------------------------------------------------- shards
+    def read_shard(self, shard: Shard, columns: Sequence[str] | None = None) -> pa.Table:
+        """One shard, checked: graft format, known schema version, expected columns."""
+        rel = shard.path[len(self.root) + 1 :]
+        try:
+            with self.fs.open_input_file(shard.path) as f:
+                pf = pq.ParquetFile(f)
+                meta = pf.schema_arrow.metadata or {}
+                if meta.get(b"graft.format", b"").decode() != FORMAT_NAME:
+                    raise StoreError(f"{rel}: not written by graft (no graft format marker)")
+                version = int(meta.get(b"graft.schema_version", b"0"))
+                missing = [c for c in (columns or COLUMNS) if c not in pf.schema_arrow.names]
+                table = None if version > SCHEMA_VERSION or missing else pf.read(columns=columns)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"{rel}: unreadable shard ({type(exc).__name__}: {exc})") from None
+        if version > SCHEMA_VERSION:
+            raise StoreSchemaError(
+                f"{rel}: written with trajectory schema version {version}, but this graft reads "
+                f"versions up to {SCHEMA_VERSION}; upgrade graft to read this store"
+            )
+        if missing:
+            raise StoreError(f"{rel}: missing columns {missing}")
+        return table
+
+    def _read_ok(self, shard: Shard, columns: Sequence[str] | None) -> pa.Table | None:
+        """read_shard, recording (not raising) ordinary problems; a newer schema still raises."""
+        try:
+            return self.read_shard(shard, columns)
+        except StoreSchemaError:
+            raise
+        except StoreError as err:
+            rel = shard.path[len(self.root) + 1 :]
+            if (rel, str(err)) not in self.problems:
+                self.problems.append((rel, str(err)))
+            return None
+
+    # ----------------------------------------------------------------- scans
+    def scan(
+        self,
+        *,
+        models: Iterable[str] | None = None,
+        run_ids: Iterable[str] | None = None,
+        steps: tuple[int, int] | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Rows matching the filters (steps inclusive), bad shards skipped and recorded."""
+        models = set(models) if models is not None else None
+        run_ids = set(run_ids) if run_ids is not None else None
+        tables = []
+        for shard in self.listing()[0]:
+            if models is not None and shard.model not in models:
+                continue
+            if run_ids is not None and shard.run_id not in run_ids:
+                continue
+            if steps is not None and not steps[0] <= shard.step <= steps[1]:
+                continue
+            want = None if columns is None else sorted(set(columns) | {"reward"})
+            table = self._read_ok(shard, want)
+            if table is None:
+                continue
+            if min_reward is not None:
+                table = table.filter(pc.greater_equal(table["reward"], min_reward))
+            if max_reward is not None:
+                table = table.filter(pc.less_equal(table["reward"], max_reward))
+            if columns is not None:
+                table = table.select(list(columns))
+            tables.append(table)
+        if not tables:
+            from graft.store.schema import SCHEMA
+
+            schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
+            return schema.empty_table()
+        return pa.concat_tables(tables)
+
+    # ----------------------------------------------------------------- lookups
+    def _resolve_run(self, model: str, run_id: str | None) -> str:
+        runs = sorted({s.run_id for s in self.shards(model=model)})
+        if run_id is not None:
+            if run_id not in runs:
+                raise StoreError(f"{self.uri}: no rollouts of model {model!r} in run {run_id!r}")
+            return run_id
+        if not runs:
+            raise StoreError(
+                f"{self.uri}: no rollouts of model {model!r}; models here: "
+                f"{sorted({s.model for s in self.shards()})}"
+            )
+        if len(runs) > 1:
+            raise StoreError(f"{self.uri}: model {model!r} appears in runs {runs}; choose one")
+        return runs[0]
+
+    def index(self, model: str, run_id: str | None = None) -> dict[str, list[tuple[int, Shard]]]:
+        """prompt id -> [(step, shard)] for one model's run, from the light columns only."""
+        run = self._resolve_run(model, run_id)
+        key = (model, run)
+        if key not in self._index:
+            entries: dict[str, list[tuple[int, Shard]]] = {}
+            for shard in self.shards(model=model, run_id=run):
+                table = self._read_ok(shard, list(INDEX_COLUMNS))
+                if table is None:
+                    continue
+                for pid in set(table["prompt_id"].to_pylist()):
+                    entries.setdefault(pid, []).append((shard.step, shard))
+            self._index[key] = entries
+        return self._index[key]
+
+    def _cached(self, shard: Shard) -> pa.Table | None:
+        if shard.path in self._cache:
+            self._cache.move_to_end(shard.path)
+            return self._cache[shard.path]
+        table = self._read_ok(shard, None)
+        if table is not None:
+            self._cache[shard.path] = table
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return table
+
+    def lookup(
+        self,
+        prompt_ids: Iterable[str],
+        *,
+        model: str,
+        run_id: str | None = None,
+        step: int | None = None,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Each prompt's group: the most recent record (or the one at `step`), members in order.
+
+        Prompts with no record are absent from the result."""
+        index = self.index(model, run_id)
+        wanted: dict[Shard, list[str]] = {}
+        for pid in dict.fromkeys(prompt_ids):
+            entries = index.get(pid, [])
+            if step is not None:
+                entries = [e for e in entries if e[0] == step]
+            if entries:
+                wanted.setdefault(max(entries, key=lambda e: e[0])[1], []).append(pid)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for shard, pids in wanted.items():
+            table = self._cached(shard)
+            if table is None:
+                continue
+            rows = table.filter(pc.is_in(table["prompt_id"], value_set=pa.array(pids))).to_pylist()
+            for row in rows:
+                out.setdefault(row["prompt_id"], []).append(row)
+        for rows in out.values():
+            rows.sort(key=lambda r: r["member"])
+        return out
+
+    # ----------------------------------------------------------------- summaries
+    def validate(self) -> Report:
+        shards, foreign, partial = self.listing()
+        report = Report(problems=list(foreign), incomplete=partial)
+        for shard in shards:
+            rel = shard.path[len(self.root) + 1 :]
+            try:
+                table = self.read_shard(shard)
+            except StoreError as err:
+                report.problems.append((rel, str(err)))
+                continue
+            lengths_ok = pc.all(
+                pc.equal(
+                    pc.list_value_length(table["token_ids"]),
+                    pc.list_value_length(table["logprobs"]),
+                )
+            )
+            if table.num_rows and not lengths_ok.as_py():
+                report.problems.append((rel, "token_ids and logprobs differ in length"))
+                continue
+            report.shards += 1
+            report.rows += table.num_rows
+        return report
+
+    def info(self) -> dict[str, Any]:
+        table = self.scan(
+            columns=["model", "run_id", "step", "prompt_id", "reward", "schema_version", "logprobs"]
+        )
+        models: dict[str, dict[str, Any]] = {}
+        for model in sorted(set(table["model"].to_pylist())):
+            sub = table.filter(pc.equal(table["model"], model))
+            rewards = sub["reward"]
+            models[model] = {
+                "rows": sub.num_rows,
+                "runs": sorted(set(sub["run_id"].to_pylist())),
+                "steps": [pc.min(sub["step"]).as_py(), pc.max(sub["step"]).as_py()],
+                "prompts": len(set(sub["prompt_id"].to_pylist())),
+                "reward_rate": pc.mean(rewards).as_py() if sub.num_rows else 0.0,
+                "has_logprobs": bool(
+                    pc.all(pc.greater(pc.list_value_length(sub["logprobs"]), 0)).as_py()
+                ),
+            }
+        return {
+            "uri": self.uri,
+            "rows": table.num_rows,
+            "models": models,
+            "prompts": len(set(table["prompt_id"].to_pylist())),
+            "schema_versions": sorted(set(table["schema_version"].to_pylist())),
+            "problems": list(self.problems),
+        }

@@ -1,0 +1,155 @@
+"""Append-only writing of trajectory shards, in the background.
+
+Layout under the store root (local path, or any pyarrow / fsspec filesystem URI):
+
+    store.json                                  format name and schema version
+    runs/<run_id>.json                          run metadata: config, package versions, git commit
+    shards/run=<run_id>/model=<model>/step_NNNNNNNN.parquet     one shard per policy and step
+
+A shard is written to a hidden temporary name and renamed when complete, so a writer killed in the
+middle of a write leaves only a `.tmp` file that readers never read. Rows within a shard are sorted
+by prompt id.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from graft.store.fs import open_filesystem
+from graft.store.schema import FORMAT_NAME, SCHEMA_VERSION, to_table
+
+SHARD_PREFIX = "step_"
+ROW_GROUP_ROWS = 4096
+
+
+def shard_dir(root: str, run_id: str, model: str) -> str:
+    return f"{root}/shards/run={run_id}/model={model}"
+
+
+def shard_name(step: int) -> str:
+    return f"{SHARD_PREFIX}{step:08d}.parquet"
+
+
+class StoreWriter:
+    """Writes shards on a background thread; `flush()` waits and re-raises any write error."""
+
+    def __init__(
+        self, uri: str, *, run_id: str, run_meta: Mapping[str, Any], background: bool = True
+    ) -> None:
+        self.fs, self.root = open_filesystem(uri)
+        self.uri = uri
+        self.run_id = run_id
+        self._ensure_store()
+        self._write_json(f"{self.root}/runs/{run_id}.json", dict(run_meta))
+        self._queue: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self.seconds_writing = 0.0
+        self._thread = None
+        if background:
+            self._thread = threading.Thread(target=self._drain, name="graft-store", daemon=True)
+            self._thread.start()
+
+    # ----------------------------------------------------------------- store files
+    def _ensure_store(self) -> None:
+        marker = f"{self.root}/store.json"
+        info = self.fs.get_file_info(marker)
+        if info.type == pa.fs.FileType.NotFound:
+            self.fs.create_dir(self.root, recursive=True)
+            self._write_json(marker, {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION})
+            return
+        with self.fs.open_input_stream(marker) as f:
+            meta = json.loads(f.read().decode())
+        if meta.get("format") != FORMAT_NAME:
+            raise ValueError(f"{self.uri}: store.json does not describe a graft trajectory store")
+
+    def _write_json(self, path: str, body: Mapping[str, Any]) -> None:
+        parent = path.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.tmp"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(json.dumps(body, indent=2, sort_keys=True, default=str).encode())
+        self.fs.move(tmp, path)
+
+    # ----------------------------------------------------------------- shards
+    def write(self, model: str, step: int, columns: Mapping[str, list]) -> None:
+        """Queue one policy's rows of one step (written in the background)."""
+        self._raise_pending()
+        if self._thread is None:
+            self._write_shard(model, step, columns)
+        else:
+            self._queue.put((model, step, columns))
+
+    def _write_shard(self, model: str, step: int, columns: Mapping[str, list]) -> None:
+        start = time.perf_counter()
+        table = to_table(columns)
+        if table.num_rows:
+            table = table.take(
+                pc.sort_indices(table, [("prompt_id", "ascending"), ("member", "ascending")])
+            )
+        directory = shard_dir(self.root, self.run_id, model)
+        self.fs.create_dir(directory, recursive=True)
+        final = f"{directory}/{shard_name(step)}"
+        tmp = f"{directory}/.{shard_name(step)}.tmp"
+        with self.fs.open_output_stream(tmp) as f:
+            pq.write_table(table, f, row_group_size=ROW_GROUP_ROWS)
+        self.fs.move(tmp, final)
+        self.seconds_writing += time.perf_counter() - start
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    self._write_shard(*item)
+            except BaseException as exc:  # re-raised on the training thread by flush()
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def _raise_pending(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            message = f"writing the trajectory store {self.uri} failed: {error}"
+            raise RuntimeError(message) from error
+
+    def flush(self) -> None:
+        """Wait until every queued shard is on disk."""
+        if self._thread is not None:
+            self._queue.join()
+        self._raise_pending()
+
+    def rollback(self, after_step: int) -> int:
+        """Delete this run's shards of steps after `after_step` (a resume will write them again).
+        Returns how many were removed."""
+        self.flush()
+        removed = 0
+        base = f"{self.root}/shards/run={self.run_id}"
+        selector = pa.fs.FileSelector(base, recursive=True, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            name = info.base_name
+            if info.type != pa.fs.FileType.File:
+                continue
+            if name.startswith("."):
+                self.fs.delete_file(info.path)  # leftovers of an interrupted write
+                continue
+            if name.startswith(SHARD_PREFIX) and int(name[len(SHARD_PREFIX) : -8]) > after_step:
+                self.fs.delete_file(info.path)
+                removed += 1
+        return removed
+
+    def close(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self._raise_pending()

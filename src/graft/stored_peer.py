@@ -1,0 +1,146 @@
+"""Stored-peer GRAFT (paper section 8): one receiver, a peer's recorded trajectories, no co-training
+at all.
+
+Each step, the peer's group for every prompt of the receiver's batch is looked up by prompt id,
+its responses are RE-VERIFIED with the receiver's verifier against the receiver's gold answer,
+advantages are recomputed from those rewards, and the same gate, weights and update apply, in one
+direction, without balancing. A prompt without a peer record simply gets no transfer (counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graft.backends import Backend
+from graft.config import ExchangeConfig
+from graft.configlib import ConfigError
+from graft.exchange import Selection, gate
+from graft.groups import make_groups
+from graft.peer import ExchangeOutcome, exchange_groups
+from graft.store import TrajectoryStore
+from graft.tasks.pool import VerifierPool
+from graft.types import Completion, Group, Problem, Rollout
+
+NEEDS_SOURCE_LOGPROBS = ("paper", "per_byte")
+
+
+class StoredPeer:
+    def __init__(self, cfg: ExchangeConfig) -> None:
+        self.cfg = cfg
+        self.store = TrajectoryStore(cfg.store)
+        info = self.store.info()
+        models = sorted(info["models"])
+        if cfg.peer_model:
+            if cfg.peer_model not in info["models"]:
+                raise ConfigError(
+                    f"exchange.peer_model: no model {cfg.peer_model!r} in {cfg.store}; "
+                    f"models there: {models}"
+                )
+            self.model = cfg.peer_model
+        elif len(models) == 1:
+            self.model = models[0]
+        else:
+            raise ConfigError(f"exchange.peer_model: {cfg.store} holds models {models}; pick one")
+        self.run_id = cfg.peer_run or None
+        self.store.index(self.model, self.run_id)  # fails early on an ambiguous run
+        self.name = f"stored:{self.model}"
+        if cfg.weight in NEEDS_SOURCE_LOGPROBS and not info["models"][self.model]["has_logprobs"]:
+            raise ConfigError(
+                f"exchange.weight={cfg.weight}: the compatibility weight needs the source's "
+                f"generation log-probs, but records of {self.model!r} in {cfg.store} have none; "
+                f"choose a receiver-only weight explicitly (exchange.weight=receiver_relative or "
+                f"none)"
+            )
+
+    def _step_filter(self, step: int) -> int | None:
+        if self.cfg.peer_records == "same_step":
+            return step
+        if self.cfg.peer_records == "step":
+            return self.cfg.peer_step
+        return None
+
+    def source_groups(
+        self, problems: Sequence[Problem], *, step: int, pool: VerifierPool, verifier: str
+    ) -> tuple[list[Group], dict[str, float]]:
+        """The peer's groups aligned with `problems` (an empty group where none is stored)."""
+        records = self.store.lookup(
+            [p.id for p in problems],
+            model=self.model,
+            run_id=self.run_id,
+            step=self._step_filter(step),
+        )
+        found = [p for p in problems if p.id in records]
+        items = [(verifier, row["response"], p.gold) for p in found for row in records[p.id]]
+        verdicts_flat = pool.verify(items) if items else []
+        rollouts, verdicts, pos, changed = [], [], 0, 0
+        for p in found:
+            rows = records[p.id]
+            self._check_logprobs(rows)
+            vs = verdicts_flat[pos : pos + len(rows)]
+            pos += len(rows)
+            changed += sum(v.reward != row["reward"] for v, row in zip(vs, rows))
+            rollouts.append(Rollout(p, self.name, (), tuple(_completion(r) for r in rows)))
+            verdicts.append(vs)
+        regrouped = {g.problem.id: g for g in make_groups(rollouts, verdicts)} if found else {}
+        groups = [regrouped.get(p.id) or _empty_group(p, self.name) for p in problems]
+        metrics = {
+            "stored/prompts_found": float(len(found)),
+            "stored/prompts_missing": float(len(problems) - len(found)),
+            "stored/reverified": float(len(items)),
+            "stored/reward_changed": float(changed),
+            "stored/reward_mean": (
+                sum(v.reward for v in verdicts_flat) / len(verdicts_flat) if verdicts_flat else 0.0
+            ),
+        }
+        return groups, metrics
+
+    def _check_logprobs(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        if self.cfg.weight in NEEDS_SOURCE_LOGPROBS and any(
+            len(r["logprobs"]) != len(r["token_ids"]) or not r["logprobs"] for r in rows
+        ):
+            raise ConfigError(
+                f"exchange.weight={self.cfg.weight}: a record of prompt {rows[0]['prompt_id']} in "
+                f"{self.cfg.store} has no generation log-probs; use a receiver-only weight"
+            )
+
+
+def _completion(row: Mapping[str, Any]) -> Completion:
+    token_ids = tuple(row["token_ids"])
+    logprobs = tuple(row["logprobs"]) if row["logprobs"] else (0.0,) * len(token_ids)
+    return Completion(row["response"], token_ids, logprobs, row["finish_reason"])
+
+
+def _empty_group(problem: Problem, name: str) -> Group:
+    return Group(Rollout(problem, name, (), ()), (), ())
+
+
+def stored_exchange(
+    receiver: str,
+    receiver_groups: Sequence[Group],
+    peer: StoredPeer,
+    backend: Backend,
+    *,
+    step: int,
+    pool: VerifierPool,
+    verifier: str,
+    seed: int,
+    adv_mode: str = "grpo",
+    adv_eps: float = 1e-6,
+) -> ExchangeOutcome:
+    """One direction, stored peer -> receiver: gate, no balancing, same weights and update."""
+    problems = [g.problem for g in receiver_groups]
+    source, stored_metrics = peer.source_groups(problems, step=step, pool=pool, verifier=verifier)
+    candidates = gate(receiver_groups, source)
+    selection = Selection(peer.name, receiver, candidates=candidates, selected=candidates)
+    outcome = exchange_groups(
+        {receiver: receiver_groups, peer.name: source},
+        [selection],
+        backend,
+        peer.cfg,
+        seed=seed,
+        adv_mode=adv_mode,
+        adv_eps=adv_eps,
+    )
+    outcome.metrics.update(stored_metrics)
+    return outcome

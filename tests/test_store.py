@@ -1,0 +1,231 @@
+"""The trajectory store: round trip, crash safety, bad files, schema versions, lookups, CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from graft.cli import main
+from graft.groups import make_groups
+from graft.store import (
+    SCHEMA,
+    Provenance,
+    StoreError,
+    StoreSchemaError,
+    StoreWriter,
+    TrajectoryStore,
+    group_rows,
+)
+from graft.types import Completion, Problem, Rollout, Verdict
+
+PROV = Provenance(
+    "run-a", "alpha", "rev123", "tok/path", "final_number", "final_number;1", 1.0, 1.0, 0, 16
+)
+
+
+def _groups(step, num_prompts=3, n=4, seed=0):
+    gen = torch.Generator().manual_seed(seed + step)
+    rollouts, verdicts = [], []
+    for p in range(num_prompts):
+        problem = Problem(f"{p}+{step}=", str(p + step), skill="add:1,1")
+        comps = []
+        for j in range(n):
+            length = int(torch.randint(1, 6, (1,), generator=gen))
+            ids = tuple(torch.randint(0, 99, (length,), generator=gen).tolist())
+            lps = tuple((-torch.rand(length, generator=gen)).tolist())  # float32 values
+            comps.append(Completion(f"resp {p}/{j} é", ids, lps, "stop" if j % 2 else "length"))
+        rollouts.append(Rollout(problem, "alpha", (1, 2), tuple(comps)))
+        verdicts.append(
+            tuple(Verdict("correct" if (p + j) % 3 == 0 else "wrong", f"d{j}") for j in range(n))
+        )
+    return make_groups(rollouts, verdicts)
+
+
+def _write(uri, steps=(0, 1, 2), model="alpha", run_id="run-a", background=True):
+    writer = StoreWriter(uri, run_id=run_id, run_meta={"note": "test"}, background=background)
+    prov = Provenance(
+        run_id,
+        model,
+        *[
+            getattr(PROV, f)
+            for f in (
+                "model_revision",
+                "tokenizer",
+                "verifier",
+                "verifier_version",
+                "temperature",
+                "top_p",
+                "top_k",
+                "max_new_tokens",
+            )
+        ],
+    )
+    for step in steps:
+        writer.write(
+            model,
+            step,
+            group_rows(_groups(step), step=step, prov=prov, replaced=[True, False, False]),
+        )
+    writer.close()
+
+
+def test_round_trip_every_field(tmp_path):
+    uri = str(tmp_path / "store")
+    _write(uri)
+    store = TrajectoryStore(uri)
+    table = store.scan()
+    assert table.num_rows == 3 * 3 * 4
+    rows = {(r["step"], r["prompt_id"], r["member"]): r for r in table.to_pylist()}
+    for step in (0, 1, 2):
+        for gi, group in enumerate(_groups(step)):
+            n = group.size
+            mean = sum(group.rewards_G) / n
+            for j, c in enumerate(group.rollout.completions_G):
+                row = rows[step, group.problem.id, j]
+                assert row["response"] == c.text and tuple(row["token_ids"]) == c.token_ids
+                assert tuple(row["logprobs"]) == c.logprobs  # identical, not approximately
+                assert row["finish_reason"] == c.finish_reason
+                assert row["verdict"] == group.verdicts_G[j].category
+                assert row["verdict_detail"] == group.verdicts_G[j].detail
+                assert row["reward"] == group.verdicts_G[j].reward
+                assert row["advantage"] == group.advantages_G[j]
+                assert row["group_successes"] == group.num_correct and row["group_size"] == n
+                assert row["group_mean"] == pytest.approx(mean)
+                assert row["prompt"] == group.problem.prompt and row["gold"] == group.problem.gold
+                assert row["skill"] == "add:1,1" and row["replaced"] == (gi == 0)
+                assert (row["run_id"], row["model"], row["model_revision"], row["tokenizer"]) == (
+                    "run-a",
+                    "alpha",
+                    "rev123",
+                    "tok/path",
+                )
+                assert (row["verifier"], row["verifier_version"]) == (
+                    "final_number",
+                    "final_number;1",
+                )
+                assert (row["temperature"], row["top_p"], row["top_k"], row["max_new_tokens"]) == (
+                    1.0,
+                    1.0,
+                    0,
+                    16,
+                )
+                assert row["schema_version"] == 1
+    assert store.runs()["run-a"] == {"note": "test"}
+
+
+def test_lookup_and_filters(tmp_path):
+    uri = str(tmp_path / "store")
+    _write(uri)
+    _write(uri, steps=(0,), model="beta", run_id="run-b")
+    store = TrajectoryStore(uri)
+    pid = _groups(1)[0].problem.id
+    found = store.lookup([pid, "no-such-prompt"], model="alpha")
+    assert list(found) == [pid] and [r["member"] for r in found[pid]] == [0, 1, 2, 3]
+    assert {r["step"] for r in found[pid]} == {1}
+    assert store.lookup([pid], model="alpha", step=0) == {}
+    assert store.scan(models=["beta"]).num_rows == 12
+    assert set(store.scan(steps=(1, 2))["step"].to_pylist()) == {1, 2}
+    assert set(store.scan(min_reward=1.0)["reward"].to_pylist()) == {1.0}
+    with pytest.raises(StoreError, match="no rollouts of model 'gamma'"):
+        store.lookup([pid], model="gamma")
+    info = store.info()
+    assert info["models"]["alpha"]["rows"] == 36 and info["models"]["alpha"]["steps"] == [0, 2]
+    assert info["schema_versions"] == [1]
+
+
+def test_fsspec_uri(tmp_path):
+    uri = "memory://graft-test-store"
+    _write(uri, background=False)
+    store = TrajectoryStore(uri)
+    assert store.scan().num_rows == 36 and store.validate().ok
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_store import _groups
+    from graft.store import Provenance, StoreWriter, group_rows
+    prov = Provenance("run-k", "alpha", "r", "t", "v", "v;1", 1.0, 1.0, 0, 8)
+    writer = StoreWriter({uri!r}, run_id="run-k", run_meta={{}}, background=False)
+    step = 0
+    while True:
+        rows = group_rows(_groups(step, num_prompts=400, n=8), step=step, prov=prov)
+        writer.write("alpha", step, rows)
+        print(step, flush=True)
+        step += 1
+""")
+
+
+def test_sigkill_mid_write_leaves_a_valid_store(tmp_path):
+    uri = str(tmp_path / "store")
+    script = WRITER.format(tests=os.path.dirname(__file__), uri=uri)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    done = [int(proc.stdout.readline()) for _ in range(3)]  # three shards completed
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = TrajectoryStore(uri)
+    report = store.validate()
+    assert report.ok, report.problems
+    steps = set(store.scan(columns=["step"])["step"].to_pylist())
+    assert set(done) <= steps
+    for step in steps:  # no partial shard is read: every shard holds its whole step
+        assert store.scan(steps=(step, step), columns=["step"]).num_rows == 400 * 8
+
+
+def test_bad_files_are_reported_by_name_and_the_rest_stays_readable(tmp_path, capsys):
+    uri = tmp_path / "store"
+    _write(str(uri))
+    shard_dir = uri / "shards" / "run=run-a" / "model=alpha"
+    (shard_dir / "step_00000099.parquet").write_bytes(b"not parquet at all")
+    (uri / "shards" / "notes.txt").write_text("hello")
+    pq.write_table(pa.table({"x": [1]}), shard_dir / "step_00000098.parquet")
+    store = TrajectoryStore(str(uri))
+    report = store.validate()
+    names = " ".join(p for p, _ in report.problems)
+    assert "step_00000099.parquet" in names and "notes.txt" in names
+    assert "step_00000098.parquet" in names
+    assert report.rows == 36
+    assert store.scan().num_rows == 36
+    assert len(store.problems) == 2
+    assert main(["store", "validate", str(uri)]) == 1
+    out = capsys.readouterr().out
+    assert "step_00000099.parquet" in out and "notes.txt" in out
+
+
+def test_newer_schema_is_refused(tmp_path):
+    uri = tmp_path / "store"
+    _write(str(uri))
+    table = pa.table({name: [] for name in SCHEMA.names}, schema=SCHEMA)
+    newer = table.replace_schema_metadata(
+        {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"2"}
+    )
+    pq.write_table(newer, uri / "shards" / "run=run-a" / "model=alpha" / "step_00000050.parquet")
+    store = TrajectoryStore(str(uri))
+    with pytest.raises(StoreSchemaError, match=r"schema version 2.*up to 1"):
+        store.scan()
+    assert any("schema version 2" in why for _, why in store.validate().problems)
+
+
+def test_not_a_store(tmp_path):
+    with pytest.raises(StoreError, match="not a graft trajectory store"):
+        TrajectoryStore(str(tmp_path))
+
+
+def test_store_cli_info_and_export(tmp_path, capsys):
+    uri = tmp_path / "store"
+    _write(str(uri))
+    assert main(["store", "info", str(uri)]) == 0
+    out = capsys.readouterr().out
+    assert "alpha" in out and "36" in out and "schema" in out
+    out_file = tmp_path / "export.jsonl"
+    assert main(["store", "export", str(uri), "--format", "jsonl", "--out", str(out_file)]) == 0
+    lines = out_file.read_text().splitlines()
+    assert len(lines) == 36 and json.loads(lines[0])["model"] == "alpha"
+    assert main(["store", "validate", str(uri)]) == 0

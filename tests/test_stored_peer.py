@@ -1,0 +1,206 @@
+"""Stored-peer GRAFT through the real CLI: a GRPO run's store feeds another model's training."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from graft.cli import main
+from graft.rundir import read_metrics
+from graft.store import StoreWriter, TrajectoryStore
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
+COMMON = [
+    "run.progress=false",
+    "run.threads=1",
+    "run.tensorboard=false",
+    "eval.every=0",
+    "rollout.prompts_per_step=8",
+    "rollout.group_size=4",
+    "algo.minibatches=2",
+    "verify.workers=1",
+]
+
+
+def _run(out, *sets, config=None):
+    args = ["train", *([str(config)] if config else []), "--out", str(out)]
+    for s in [*COMMON, *sets]:
+        args += ["--set", s]
+    return main(args)
+
+
+def _solo(name, preset):
+    return [
+        f"models.0.name={name}",
+        f"models.0.path=tiny:{preset}",
+        "models.0.optim.lr=2e-5",
+        "rollout.max_new_tokens=8",
+        "algo.micro_batch_size=64",
+    ]
+
+
+@pytest.fixture(scope="module")
+def llama_grpo_store(tmp_path_factory):
+    """A finished, independent GRPO run of the llama policy; its rollouts land in its store."""
+    out = tmp_path_factory.mktemp("llama_grpo")
+    assert _run(out, *_solo("llama", "llama-char-add"), "run.steps=4") == 0
+    return out / "trajectories"
+
+
+def test_grpo_run_writes_all_rollouts(llama_grpo_store):
+    store = TrajectoryStore(str(llama_grpo_store))
+    info = store.info()
+    assert info["models"]["llama"]["rows"] == 4 * 8 * 4  # every step, prompt and response
+    assert info["models"]["llama"]["steps"] == [0, 3] and info["models"]["llama"]["has_logprobs"]
+    assert store.validate().ok
+    (run,) = store.runs().values()
+    assert run["config"]["models"][0]["name"] == "llama" and "torch" in run["versions"]
+
+
+def test_train_from_a_stored_peer(tmp_path, llama_grpo_store):
+    out = tmp_path / "qwen_from_llama"
+    assert (
+        _run(
+            out,
+            *_solo("qwen", "qwen2-bpe-add"),
+            "run.steps=4",
+            "exchange.source=stored",
+            f"exchange.store={llama_grpo_store}",
+            "exchange.peer_records=same_step",
+            "exchange.delta=0.0",
+        )
+        == 0
+    )
+    records = read_metrics(out)
+    key = "x/stored:llama->qwen"
+    assert all(r["stored/reverified"] == 8 * 4 for r in records)
+    assert all(r["stored/prompts_missing"] == 0 for r in records)
+    assert sum(r["stored/reward_changed"] for r in records) == 0  # same verifier
+    assert sum(r[f"{key}/selected"] for r in records) > 0
+    assert sum(r[f"{key}/admitted"] for r in records) > 0
+    assert any(r["loss/peer_token_frac"] > 0 for r in records)
+
+
+def test_a_disagreeing_receiver_verifier_changes_rewards(tmp_path, llama_grpo_store):
+    out = tmp_path / "inverted"
+    assert (
+        _run(
+            out,
+            *_solo("qwen", "qwen2-bpe-add"),
+            "run.steps=2",
+            "exchange.source=stored",
+            f"exchange.store={llama_grpo_store}",
+            "verify.verifier=disagreeing_verifier:inverted",
+        )
+        == 0
+    )
+    records = read_metrics(out)
+    assert all(r["stored/reward_changed"] == r["stored/reverified"] > 0 for r in records)
+
+
+def test_missing_peer_prompts_mean_no_transfer(tmp_path, llama_grpo_store):
+    out = tmp_path / "other_prompts"
+    assert (
+        _run(
+            out,
+            *_solo("qwen", "qwen2-bpe-add"),
+            "run.steps=1",
+            "exchange.source=stored",
+            f"exchange.store={llama_grpo_store}",
+            "task.arithmetic.seed=99",
+        )
+        == 0
+    )
+    (record,) = read_metrics(out)
+    assert record["stored/prompts_missing"] == 8 and record["stored/prompts_found"] == 0
+    assert record["x/stored:llama->qwen/selected"] == 0
+
+
+def test_records_without_logprobs_need_a_receiver_only_weight(tmp_path, llama_grpo_store, capsys):
+    source = TrajectoryStore(str(llama_grpo_store))
+    stripped = tmp_path / "no_logprobs"
+    writer = StoreWriter(str(stripped), run_id="imported", run_meta={}, background=False)
+    for shard in source.shards():
+        table = source.read_shard(shard)
+        cols = table.to_pydict()
+        cols["logprobs"] = [[] for _ in cols["logprobs"]]
+        writer.write("llama", shard.step, cols)
+    writer.close()
+    out = tmp_path / "refused"
+    code = _run(
+        out,
+        *_solo("qwen", "qwen2-bpe-add"),
+        "run.steps=1",
+        "exchange.source=stored",
+        f"exchange.store={stripped}",
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "exchange.weight=paper" in err and "receiver_relative" in err
+    assert (
+        _run(
+            out,
+            *_solo("qwen", "qwen2-bpe-add"),
+            "run.steps=1",
+            "exchange.source=stored",
+            f"exchange.store={stripped}",
+            "exchange.weight=receiver_relative",
+        )
+        == 0
+    )
+
+
+def test_stored_mode_reproduces_the_online_direction(tmp_path):
+    """With an online run's own store, stored mode selects the same prompts, gives the same
+    weights, and (one direction, no balancing) trains the receiver to the same weights."""
+    online = tmp_path / "online"
+    assert _run(online, "run.steps=3", "exchange.balancing=false", config=CONFIG) == 0
+    stored = tmp_path / "stored"
+    assert (
+        _run(
+            stored,
+            *_solo("qwen", "qwen2-bpe-add"),
+            "run.steps=3",
+            "exchange.source=stored",
+            f"exchange.store={online / 'trajectories'}",
+            "exchange.peer_model=llama",
+            "exchange.peer_records=same_step",
+            "exchange.balancing=false",
+        )
+        == 0
+    )
+    a, b = read_metrics(online), read_metrics(stored)
+    compared = [
+        "candidates",
+        "selected",
+        "responses_sent",
+        "admitted",
+        "dropped_weight",
+        "w_mean",
+        "s_p50_correct",
+        "s_p50_wrong",
+    ]
+    for ra, rb in zip(a, b):
+        for key in compared:
+            va, vb = ra.get(f"x/llama->qwen/{key}"), rb.get(f"x/stored:llama->qwen/{key}")
+            assert va == pytest.approx(vb, abs=1e-6), (ra["step"], key, va, vb)
+        assert ra["m/qwen/reward/mean"] == rb["reward/mean"]
+    assert sum(r["x/llama->qwen/admitted"] for r in a) > 0
+    wa = load_file(str(online / "checkpoints/step_000003/qwen/model.safetensors"))
+    wb = load_file(str(stored / "checkpoints/step_000003/qwen/model.safetensors"))
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6, rtol=0) for k in wa)
+
+
+def test_resume_rolls_the_store_back_to_the_checkpoint(tmp_path):
+    out = tmp_path / "resumed"
+    assert _run(out, *_solo("llama", "llama-char-add"), "run.steps=2", "run.save_every=1") == 0
+    # pretend the run died after writing step 2's shard but before its checkpoint
+    store = TrajectoryStore(str(out / "trajectories"))
+    extra = store.read_shard(store.shards()[-1]).to_pydict()
+    run_id = store.shards()[0].run_id
+    writer = StoreWriter(str(out / "trajectories"), run_id=run_id, run_meta={}, background=False)
+    writer.write("llama", 7, extra)
+    writer.close()
+    assert main(["train", "--resume", str(out), "--set", "run.steps=3"]) == 0
+    steps = sorted(s.step for s in TrajectoryStore(str(out / "trajectories")).shards())
+    assert steps == [0, 1, 2]
