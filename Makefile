@@ -30,12 +30,12 @@ test-all: $(STAMP)
 	$(PY) -m pytest -m "not gpu" -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests
-	$(VENV)/bin/ruff check --fix src tests
+	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache runs

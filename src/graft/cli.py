@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", help="output file (default: standard output)")
     export.add_argument("--model", action="append", help="only these models (repeatable)")
 
+    from graft.cli_eval import add_parsers
+
+    add_parsers(sub)
+
     demo = sub.add_parser("demo", help="a short GRPO run of a tiny model on CPU")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     demo.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
@@ -226,7 +230,15 @@ COMMANDS = {
     "tiny": cmd_tiny,
     "store": cmd_store,
     "demo": cmd_demo,
+    "eval": lambda args: _eval_cli().cmd_eval(args),
+    "plot": lambda args: _eval_cli().cmd_plot(args),
 }
+
+
+def _eval_cli():
+    from graft import cli_eval
+
+    return cli_eval
 
 
 def main(argv: Sequence[str] | None = None) -> int:

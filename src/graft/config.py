@@ -55,9 +55,13 @@ class RunConfig:
     """Also write TensorBoard event files when the `tensorboard` extra is installed."""
     progress: bool = True
     """Show a progress bar on the console."""
-    backend: Literal["auto", "inprocess", "processes"] = "auto"
+    backend: Literal["auto", "inprocess", "processes", "ray"] = "auto"
     """Where policies run: `processes` (one worker process per policy, in parallel), `inprocess`
-    (all in the driver, one after the other); `auto`: inprocess for one policy, else processes."""
+    (all in the driver, one after the other), `ray` (one Ray actor per policy; connects to
+    RAY_ADDRESS when set); `auto`: inprocess for one policy, else processes."""
+    ray_strategy: Literal["none", "pack", "spread"] = "none"
+    """Ray backend: place the policy actors through a placement group (pack: same node if
+    possible; spread: different nodes)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,9 @@ class ArithmeticConfig:
     num_train: int = 4000
     """Training problems (at most; fewer when the skill's problem space is smaller)."""
     num_test: int = 500
-    """Held-out problems, disjoint from the training problems."""
+    """Held-out test problems, disjoint from the training problems."""
+    num_val: int = 200
+    """Validation problems (for choosing the best checkpoint), disjoint from train and test."""
     seed: int = 1234
     """Seed of the problem set itself (kept apart from run.seed so runs share one problem set)."""
 
@@ -81,10 +87,14 @@ class MathDataConfig:
     """Training data: a .jsonl or .parquet path, or a Hugging Face dataset name (needs network)."""
     test: str = ""
     """Held-out data, same forms as `train`; empty: none."""
+    val: str = ""
+    """Validation data for choosing the best checkpoint, same forms; empty: none."""
     train_split: str = "train"
     """Split name when `train` is a Hugging Face dataset."""
     test_split: str = "test"
     """Split name when `test` is a Hugging Face dataset."""
+    val_split: str = "validation"
+    """Split name when `val` is a Hugging Face dataset."""
     subset: str = ""
     """Hugging Face dataset configuration name, if the dataset has several."""
     problem_column: str = "problem"
@@ -146,6 +156,12 @@ class ModelConfig:
     """Hub revision (branch, tag or commit) to load; empty: the default branch."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype used for generation and training."""
+    device: str = "auto"
+    """Torch device of this policy: `auto` (CUDA when visible, else CPU), `cpu`, `cuda`, ..."""
+    num_gpus: float = 0.0
+    """Ray backend: GPUs reserved for this policy's actor."""
+    num_cpus: float = 0.0
+    """Ray backend: CPUs reserved for this policy's actor; 0: its share of run.threads."""
     prompt_template: str = "{prompt}"
     """How this policy sees a task prompt; `{prompt}` is replaced by the task text."""
     chat_template: bool = False
@@ -172,6 +188,11 @@ class RolloutConfig:
     """Top-k sampling; 0: off."""
     batch_size: int = 0
     """Sequences generated at once; 0: the whole rollout batch."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Sampler: graft's own KV-cache loop over the Hugging Face model, or vLLM (GPU extra; the
+    policy's weights are pushed into the engine after every update)."""
+    vllm_gpu_memory: float = 0.4
+    """vLLM engine: fraction of the GPU memory it may take (the trainer needs the rest)."""
 
 
 @dataclass(frozen=True)
@@ -271,8 +292,15 @@ class StoreConfig:
 class EvalConfig:
     every: int = 0
     """Evaluate on held-out problems every this many steps (and at step 0 and the end); 0: never."""
+    suites: tuple[str, ...] = ("test",)
+    """Suites evaluated during training: `test` / `val` (the task's held-out / validation split),
+    a benchmark name (math500, aime2024, aime2025, amc23, minerva; needs a network), `fixture`,
+    or a .jsonl/.parquet file with problem/answer columns."""
+    validation: str = ""
+    """Suite whose avg@k picks the best checkpoint (saved as checkpoints/best); keep it apart from
+    the test suites. Empty: no best-checkpoint selection, only the final one."""
     num_problems: int = 200
-    """Held-out problems per evaluation (the first ones of the test split)."""
+    """Problems per suite and evaluation (the first ones); 0: all."""
     samples: int = 1
     """Samples per problem (k of avg@k)."""
     temperature: float = 0.0

@@ -10,6 +10,7 @@ class DataError(ValueError):
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
+    from graft.backends.processes import PolicyWorkerError
     from graft.models.load import ModelLoadError
 
-    return (ConfigError, DataError, ModelLoadError, FileNotFoundError)
+    return (ConfigError, DataError, ModelLoadError, FileNotFoundError, PolicyWorkerError)

@@ -1,19 +1,42 @@
-"""Held-out evaluation: avg@k (pass@1 as the mean over k samples) and unbiased pass@k.
+"""Evaluation: avg@k (pass@1 as the mean over k samples), unbiased pass@k, per suite and averaged.
 
-Uses the task's verifier through the same pool as training rewards.
+The paper's protocol: k = 8 samples per problem at temperature 0.6, top-p 0.95, five evaluation runs
+with different seeds, mean +- std over the runs (sample std), and the unweighted average over the
+benchmarks. The verifier is the same as in training.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from math import comb
+from typing import Any, Protocol
 
-from graft.backends import Backend
+from tqdm.auto import tqdm
+
+from graft.policy import derive_seed
 from graft.rollout import SamplingParams
+from graft.suites import Suite
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
-from graft.types import VERDICT_CATEGORIES, Problem, Verdict
+from graft.types import VERDICT_CATEGORIES, Problem, Rollout, Verdict
+
+
+class Generator(Protocol):
+    """Anything that samples n responses per problem for named policies (a backend, a test fake)."""
+
+    names: tuple[str, ...]
+
+    def generate(
+        self,
+        problems: Sequence[Problem],
+        *,
+        n: int,
+        params: SamplingParams,
+        seeds: Mapping[str, int],
+    ) -> dict[str, list[Rollout]]: ...
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -31,17 +54,24 @@ def avg_at_k(correct_PK: Sequence[Sequence[bool]]) -> float:
     return sum(sum(row) for row in correct_PK) / total if total else 0.0
 
 
+def pass_ks(n: int) -> list[int]:
+    """The k of pass@k reported for n samples: 1, 2, 4, ... up to n (and n itself)."""
+    ks = [1]
+    while ks[-1] * 2 <= n:
+        ks.append(ks[-1] * 2)
+    return ks if ks[-1] == n else [*ks, n]
+
+
 def suite_metrics(
     problems: Sequence[Problem], verdicts_P: Sequence[Sequence[Verdict]], *, suite: str
 ) -> dict[str, float]:
-    """avg@k, pass@k, per-skill avg@k and verdict counts of one policy on one suite."""
+    """avg@k, pass@k, per-skill avg@k and verdict counts of one policy on one suite (one run)."""
     k = len(verdicts_P[0]) if verdicts_P else 0
     correct_PK = [[v.correct for v in vs] for vs in verdicts_P]
-    out = {
-        f"eval/{suite}/avg@{k}": avg_at_k(correct_PK),
-        f"eval/{suite}/pass@{k}": sum(pass_at_k(k, sum(row), k) for row in correct_PK)
-        / max(len(correct_PK), 1),
-    }
+    out = {f"eval/{suite}/avg@{k}": avg_at_k(correct_PK)}
+    for kk in pass_ks(k):
+        total = sum(pass_at_k(k, sum(row), kk) for row in correct_PK)
+        out[f"eval/{suite}/pass@{kk}"] = total / max(len(correct_PK), 1)
     by_skill: dict[str, list[list[bool]]] = defaultdict(list)
     for problem, row in zip(problems, correct_PK):
         if problem.skill:
@@ -55,20 +85,93 @@ def suite_metrics(
     return out
 
 
-def evaluate_backend(
-    backend: Backend,
-    problems: Sequence[Problem],
+def evaluate_once(
+    generator: Generator,
+    suites: Sequence[Suite],
     *,
     pool: VerifierPool,
-    verifier: str,
     k: int,
     params: SamplingParams,
-    seeds: Mapping[str, int],
-    suite: str = "test",
+    seed: int,
+    verifier: str | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Per policy: sample k responses per problem, verify, and summarise."""
-    rollouts = backend.generate(problems, n=k, params=params, seeds=seeds)
+    """One evaluation run: per policy, the metrics of every suite (keys `eval/<suite>/...`)."""
+    out: dict[str, dict[str, float]] = {name: {} for name in generator.names}
+    for suite in suites:
+        seeds = {name: derive_seed(seed, "eval", suite.name) for name in generator.names}
+        rollouts = generator.generate(suite.problems, n=k, params=params, seeds=seeds)
+        for name, rs in rollouts.items():
+            verdicts = verify_rollouts(pool, verifier or suite.verifier, rs)
+            out[name].update(suite_metrics(suite.problems, verdicts, suite=suite.name))
+    return out
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    k: int = 8
+    runs: int = 5
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 1024
+    seed: int = 0
+
+    def run_seeds(self) -> list[int]:
+        return [derive_seed(self.seed, "eval-run", r) for r in range(self.runs)]
+
+
+def _mean_std(values: Sequence[float]) -> dict[str, Any]:
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": statistics.fmean(values), "std": std, "runs": list(values)}
+
+
+def evaluate_runs(
+    generator: Generator,
+    suites: Sequence[Suite],
+    settings: EvalSettings,
+    *,
+    pool: VerifierPool,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """`settings.runs` evaluation runs with different seeds; mean +- std per policy and suite.
+
+    Returns the content of eval.json: settings, and per policy every suite's avg@k / pass@k
+    (mean, std, per-run values), verdict counts summed over runs, per-skill avg@k, and the
+    unweighted average of avg@k over the suites.
+    """
+    params = SamplingParams(settings.max_new_tokens, settings.temperature, settings.top_p, 0)
+    per_run = []
+    for seed in tqdm(settings.run_seeds(), desc="eval runs", disable=not progress):
+        per_run.append(
+            evaluate_once(generator, suites, pool=pool, k=settings.k, params=params, seed=seed)
+        )
+    models: dict[str, Any] = {}
+    avg_key = f"avg@{settings.k}"
+    for name in generator.names:
+        suites_out: dict[str, Any] = {}
+        for suite in suites:
+            prefix = f"eval/{suite.name}/"
+            keys = sorted(
+                {k[len(prefix) :] for r in per_run for k in r[name] if k.startswith(prefix)}
+            )
+            entry: dict[str, Any] = {"problems": len(suite.problems), "verdicts": {}, "skills": {}}
+            for key in keys:
+                values = [r[name][prefix + key] for r in per_run]
+                if key.startswith("verdict/"):
+                    entry["verdicts"][key[len("verdict/") :]] = int(sum(values))
+                elif "/" in key:
+                    entry["skills"][key] = _mean_std(values)
+                else:
+                    entry[key] = _mean_std(values)
+            suites_out[suite.name] = entry
+        averages = [
+            statistics.fmean(r[name][f"eval/{s.name}/{avg_key}"] for s in suites) for r in per_run
+        ]
+        models[name] = {"suites": suites_out, "average": {avg_key: _mean_std(averages)}}
     return {
-        name: suite_metrics(problems, verify_rollouts(pool, verifier, rs), suite=suite)
-        for name, rs in rollouts.items()
+        "settings": {
+            **settings.__dict__,
+            "run_seeds": settings.run_seeds(),
+            "suites": [s.name for s in suites],
+        },
+        "models": models,
     }

@@ -26,6 +26,22 @@ class PackedBatch:
     def num_tokens(self) -> int:
         return int(self.response_mask_BT.sum())
 
+    def to(self, device: torch.device) -> PackedBatch:
+        if self.input_ids_BL.device == device:
+            return self
+        return PackedBatch(
+            *(
+                t.to(device)
+                for t in (
+                    self.input_ids_BL,
+                    self.attention_mask_BL,
+                    self.gather_index_BT,
+                    self.target_ids_BT,
+                    self.response_mask_BT,
+                )
+            )
+        )
+
 
 def pack(
     prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, pad_id: int
@@ -71,7 +87,9 @@ def selected_logprobs(
 def response_logprobs(
     model: torch.nn.Module, batch: PackedBatch, *, temperature: float = 1.0
 ) -> torch.Tensor:
-    """logp_BT of each response token (0 where masked). Gradients flow when enabled."""
+    """logp_BT of each response token (0 where masked), on the model's device. Gradients flow
+    when enabled."""
+    batch = batch.to(next(model.parameters()).device)
     out = model(
         input_ids=batch.input_ids_BL, attention_mask=batch.attention_mask_BL, use_cache=False
     )

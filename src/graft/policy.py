@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,12 @@ def derive_seed(*parts: object) -> int:
     """A 63-bit seed from any labels (run seed, step, policy, purpose): stable across processes."""
     text = "\x1f".join(str(p) for p in parts)
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,9 @@ class Policy:
         self.spec = spec
         self.name = spec.model.name
         cache = Path(spec.cache_dir) if spec.cache_dir else None
+        self.device = resolve_device(spec.model.device)
         self.model, self.tokenizer = load_model_and_tokenizer(
-            spec.model, cache_dir=cache, key=f"models.{spec.index}"
+            spec.model, cache_dir=cache, key=f"models.{spec.index}", device=self.device
         )
         self.model.eval()  # no dropout in RL updates; gradients still flow
         self.fingerprint = model_fingerprint(self.model)  # of the initial weights
@@ -92,6 +100,16 @@ class Policy:
         )
         self.num_updates = 0
         self._prompt_cache: dict[str, tuple[int, ...]] = {}
+        self.engine = None
+        if spec.rollout.engine == "vllm":
+            from graft.rollout.vllm_engine import VLLMEngine
+
+            self.engine = VLLMEngine(
+                spec.model.path,
+                dtype=spec.model.dtype,
+                gpu_memory_utilization=spec.rollout.vllm_gpu_memory,
+                seed=spec.seed,
+            )
 
     # ----------------------------------------------------------------- prompts and tokens
     def _stop_ids(self) -> tuple[int, ...]:
@@ -139,6 +157,8 @@ class Policy:
         return {
             "model_revision": self.fingerprint,
             "tokenizer": self.spec.model.tokenizer or self.spec.model.path,
+            "device": str(self.device),
+            "pid": str(os.getpid()),
         }
 
     def decode(self, token_ids: Sequence[int]) -> str:
@@ -151,16 +171,18 @@ class Policy:
         """n samples for each problem, drawn from a generator seeded with `seed`."""
         prompt_ids_P = [self.prompt_ids(p.prompt) for p in problems]
         rows = [ids for ids in prompt_ids_P for _ in range(n)]
-        generator = torch.Generator().manual_seed(seed)
-        samples = sample(
-            self.model,
-            rows,
-            params,
-            stop_ids=self.stop_ids,
-            pad_id=self.pad_id,
-            generator=generator,
-            batch_size=self.spec.rollout.batch_size,
-        )
+        if self.engine is not None:
+            samples = self.engine.sample(rows, params, stop_ids=self.stop_ids, seed=seed)
+        else:
+            samples = sample(
+                self.model,
+                rows,
+                params,
+                stop_ids=self.stop_ids,
+                pad_id=self.pad_id,
+                generator=torch.Generator(device=self.device).manual_seed(seed),
+                batch_size=self.spec.rollout.batch_size,
+            )
         rollouts = []
         for i, (problem, ids) in enumerate(zip(problems, prompt_ids_P)):
             completions = tuple(
@@ -236,7 +258,7 @@ class Policy:
     def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
         if self.spec.algo.recompute_old_logprobs:
             groups = self._recompute_old(groups)
-        return train_on_batch(
+        stats = train_on_batch(
             self.model,
             self.optimizer,
             groups,
@@ -246,6 +268,9 @@ class Policy:
             set_lr=self._set_lr,
             seed=seed,
         )
+        if self.engine is not None:
+            self.engine.sync_weights(self.model.named_parameters())
+        return stats
 
     def _recompute_old(self, groups: Sequence[TrainGroup]) -> list[TrainGroup]:
         import dataclasses
@@ -285,3 +310,5 @@ class Policy:
         optim_state = torch.load(directory / "optimizer.pt", weights_only=True)
         self.optimizer.load_state_dict(optim_state)
         self.num_updates = json.loads((directory / "policy_state.json").read_text())["num_updates"]
+        if self.engine is not None:
+            self.engine.sync_weights(self.model.named_parameters())

@@ -32,6 +32,14 @@ from graft.config import Config, to_dict
 CHECKPOINT_PREFIX = "step_"
 
 
+def write_json(path: Path, body: Any) -> None:
+    """Write JSON atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
 def write_config(run_dir: Path, cfg: Config) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "config.yaml.tmp"
@@ -152,9 +160,39 @@ class MetricsLog:
             self._tb.close()
 
 
-def write_summary(run_dir: Path, metrics: Mapping[str, float]) -> None:
-    """summary.json: the last step's metrics (and evaluation, when it ran)."""
+def save_best(run_dir: Path, backend: Any, names: list[str], best: Mapping[str, Any]) -> None:
+    """Replace checkpoints/best/<name> for the improved policies, then record best.json."""
+    root = run_dir / "checkpoints" / "best"
+    tmp = run_dir / "checkpoints" / ".tmp_best"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    backend.save(tmp, names=names)
+    root.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if (root / name).exists():
+            shutil.rmtree(root / name)
+        os.replace(tmp / name, root / name)
+    shutil.rmtree(tmp, ignore_errors=True)
+    (root / "best.json.tmp").write_text(json.dumps(dict(best), indent=2, sort_keys=True))
+    os.replace(root / "best.json.tmp", root / "best.json")
+
+
+def read_best(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "checkpoints" / "best" / "best.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_summary(
+    run_dir: Path, metrics: Mapping[str, float], *, best: Mapping[str, Any] | None = None
+) -> None:
+    """summary.json: the last step's metrics (evaluation included, when it ran), and per policy
+    the best-by-validation checkpoint (`best/<policy>/step`, `best/<policy>/value`)."""
     body = {k: _clean(v) for k, v in metrics.items()}
+    for name, info in (best or {}).items():
+        body[f"best/{name}/step"] = info["step"]
+        body[f"best/{name}/value"] = info["value"]
+        body[f"best/{name}/suite"] = info["suite"]
     tmp = run_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(body, indent=2, sort_keys=True))
     os.replace(tmp, run_dir / "summary.json")

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from graft.backends import Backend, make_backend
 from graft.config import Config, ConfigError, Plan, make_plan
-from graft.evaluate import evaluate_backend
+from graft.evaluate import evaluate_once
 from graft.groups import group_metrics, make_groups
 from graft.peer import AdmissionMonitor, ExchangeOutcome, no_exchange, online_exchange
 from graft.policy import PolicySpec, derive_seed
@@ -29,12 +29,16 @@ from graft.rundir import (
     begin_checkpoint,
     commit_checkpoint,
     latest_checkpoint,
+    read_best,
     read_trainer_state,
+    save_best,
     set_rng_state,
     write_config,
+    write_json,
     write_summary,
 )
 from graft.stored_peer import StoredPeer, stored_exchange
+from graft.suites import Suite, load_suites
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
@@ -80,13 +84,24 @@ class Trainer:
         self.plan: Plan = make_plan(cfg)
         self.task: Task = build_task(cfg.task)
         self.train_problems = self.task.train_problems()
-        self.test_problems = self.task.test_problems()[: cfg.eval.num_problems]
+        self.eval_suites: list[Suite] = []
+        self.val_suite: str = ""
+        if cfg.eval.every > 0:
+            load = lambda names: load_suites(names, task=cfg.task, limit=cfg.eval.num_problems)  # noqa: E731
+            self.eval_suites = load(cfg.eval.suites)
+            if cfg.eval.validation:
+                (val,) = load([cfg.eval.validation])
+                self.val_suite = val.name
+                if val.name not in {s.name for s in self.eval_suites}:
+                    self.eval_suites.append(val)
         self.verifier = cfg.verify.verifier or self.task.verifier
         try:
             resolve_verifier(self.verifier)
         except (ValueError, ImportError) as err:
             raise ConfigError(f"verify.verifier: {err}") from None
-        self.backend = backend or make_backend(policy_specs(cfg), cfg.run.backend)
+        self.backend = backend or make_backend(
+            policy_specs(cfg), cfg.run.backend, ray_strategy=cfg.run.ray_strategy
+        )
         try:
             self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
         except BaseException:
@@ -188,22 +203,35 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, step: int) -> dict[str, float]:
         e = self.cfg.eval
-        if not self.test_problems:
+        if not self.eval_suites:
             return {}
-        params = SamplingParams(self.plan.eval_max_new_tokens, e.temperature, e.top_p, 0)
-        results = evaluate_backend(
+        results = evaluate_once(
             self.backend,
-            self.test_problems,
+            self.eval_suites,
             pool=self.pool,
-            verifier=self.verifier,
             k=e.samples,
-            params=params,
-            seeds=self._seeds(step, "eval"),
+            params=SamplingParams(self.plan.eval_max_new_tokens, e.temperature, e.top_p, 0),
+            seed=derive_seed(self.cfg.run.seed, step, "eval"),
+            verifier=self.cfg.verify.verifier or None,
         )
         out: dict[str, float] = {}
         for name, metrics in results.items():
             out.update(namespaced(name, metrics, multi=self.multi))
         return out
+
+    def _track_best(self, run_dir: Path, step: int, results: Mapping[str, float]) -> None:
+        """Keep, per policy, the checkpoint with the best validation avg@k (checkpoints/best)."""
+        if not self.val_suite:
+            return
+        suite, key = self.val_suite, f"eval/{self.val_suite}/avg@{self.cfg.eval.samples}"
+        improved = []
+        for name in self.names:
+            value = results.get(f"m/{name}/{key}" if self.multi else key)
+            if value is not None and value > self.best.get(name, {}).get("value", -1.0):
+                self.best[name] = {"step": step, "value": value, "suite": suite}
+                improved.append(name)
+        if improved:
+            save_best(run_dir, self.backend, improved, self.best)
 
     def _eval_due(self, step: int) -> bool:
         every = self.cfg.eval.every
@@ -237,10 +265,11 @@ class Trainer:
         cfg = self.cfg
         write_config(run_dir, cfg)
         start = self.restore(run_dir) if resume else 0
+        self.best = read_best(run_dir) if resume else {}
+        workers = self.backend.describe()
+        write_json(run_dir / "workers.json", workers)
         if cfg.store.enabled:
-            self.recorder = Recorder(
-                cfg, run_dir, verifier=self.verifier, policies=self.backend.describe()
-            )
+            self.recorder = Recorder(cfg, run_dir, verifier=self.verifier, policies=workers)
             self.recorder.rollback(start)
         log = MetricsLog(run_dir, start_step=start, tensorboard=cfg.run.tensorboard)
         last: dict[str, float] = {}
@@ -248,6 +277,7 @@ class Trainer:
             if start == 0 and self._eval_due(0):
                 last = self.evaluate(0)
                 log.log(0, last)
+                self._track_best(run_dir, 0, last)
             bar = tqdm(
                 range(start, cfg.run.steps),
                 initial=start,
@@ -261,6 +291,7 @@ class Trainer:
                 done = step + 1
                 if self._eval_due(done):
                     metrics.update(self.evaluate(done))
+                    self._track_best(run_dir, done, metrics)
                 log.log(done, metrics)
                 last = metrics
                 bar.set_postfix(self._postfix(metrics))
@@ -271,7 +302,7 @@ class Trainer:
                 self.recorder.flush()
         finally:
             log.close()
-        write_summary(run_dir, last)
+        write_summary(run_dir, last, best=self.best)
         return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
 
     def _postfix(self, metrics: Mapping[str, float]) -> dict[str, str]:

@@ -9,6 +9,7 @@ rho is always the trainee's ratio pi_theta / pi_old on its own tokenization (sel
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -82,8 +83,9 @@ def _other_objectives(
     objectives = [q.objective for q in seqs]
     if all(o == "pg" for o in objectives):
         return loss_BT, clipped_BT
-    luffy_B1 = torch.tensor([o == "luffy" for o in objectives]).unsqueeze(-1)
-    sft_B1 = torch.tensor([o == "sft" for o in objectives]).unsqueeze(-1)
+    dev = logp_BT.device
+    luffy_B1 = torch.tensor([o == "luffy" for o in objectives], device=dev).unsqueeze(-1)
+    sft_B1 = torch.tensor([o == "sft" for o in objectives], device=dev).unsqueeze(-1)
     # LUFFY (Yan et al., 2025): f(pi) = pi / (pi + gamma), behavior prob taken as 1, no clip.
     prob_BT = torch.exp(logp_BT)
     luffy_BT = -adv_B.unsqueeze(-1) * prob_BT / (prob_BT + s.luffy_gamma)
@@ -104,11 +106,14 @@ def _micro_loss(
     batch = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], pad_id=pad_id)
     mask_BT = batch.response_mask_BT
     logp_BT = response_logprobs(model, batch, temperature=s.temperature)
-    old_BT = torch.zeros_like(logp_BT)
+    dev = logp_BT.device
+    mask_BT = mask_BT.to(dev)
+    old_BT = torch.zeros(logp_BT.shape, dtype=logp_BT.dtype)
     for b, q in enumerate(seqs):
         old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)
-    adv_B = torch.tensor([q.advantage for q in seqs], dtype=logp_BT.dtype)
-    weight_B = torch.tensor([q.weight for q in seqs], dtype=logp_BT.dtype)
+    old_BT = old_BT.to(dev)
+    adv_B = torch.tensor([q.advantage for q in seqs], dtype=logp_BT.dtype, device=dev)
+    weight_B = torch.tensor([q.weight for q in seqs], dtype=logp_BT.dtype, device=dev)
     if s.ratio == "sequence":
         loss_BT, clipped_BT = sequence_ratio_surrogate(
             logp_BT, old_BT, adv_B, mask_BT, clip_low=s.clip_low, clip_high=s.clip_high
@@ -130,11 +135,11 @@ def _micro_loss(
             ref_BT = response_logprobs(ref_model, batch, temperature=s.temperature)
         kl_BT = kl_k3(logp_BT, ref_BT)
         loss_BT = loss_BT + s.kl_coef * kl_BT
-    coef_BT = coef_B.to(loss_BT.dtype).unsqueeze(-1) * mask_BT
+    coef_BT = coef_B.to(device=dev, dtype=loss_BT.dtype).unsqueeze(-1) * mask_BT
     loss = (loss_BT * coef_BT).sum()
     with torch.no_grad():
         ratio_BT = torch.exp(logp_BT - old_BT)
-        peer_B1 = torch.tensor([q.is_peer for q in seqs]).unsqueeze(-1)
+        peer_B1 = torch.tensor([q.is_peer for q in seqs], device=dev).unsqueeze(-1)
         stats = {
             "tokens": mask_BT.sum(),
             "peer_tokens": (mask_BT & peer_B1).sum(),
@@ -221,12 +226,16 @@ def train_on_batch(
             if not sequences:
                 continue
             optimizer.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
             stats = minibatch_backward(model, sequences, s, pad_id=pad_id, ref_model=ref_model)
+            t1 = time.perf_counter()
             max_norm = s.grad_clip if s.grad_clip > 0 else float("inf")
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             if set_lr is not None:
                 lr = set_lr()
             optimizer.step()
+            stats["fwd_bwd_s"] = t1 - t0
+            stats["optim_s"] = time.perf_counter() - t1
             for key, value in stats.items():
                 if key == "ratio_max":
                     sums[key] = max(sums.get(key, value), value)
@@ -249,6 +258,8 @@ def train_on_batch(
         "optim/steps": float(len(grad_norms)),
         "optim/lr": float(lr),
         "train/tokens": tokens / s.epochs,
+        "time/fwd_bwd_s": sums.get("fwd_bwd_s", 0.0),
+        "time/optim_s": sums.get("optim_s", 0.0),
     }
     if peer_tokens > 0:
         out["loss/peer_clip_frac"] = sums.get("peer_clipped", 0.0) / peer_tokens

@@ -4,7 +4,8 @@ The trainer loop talks only to this interface and passes only plain records (`gr
 `graft.transfer`); it never imports a model, a process pool or Ray.
 - `inprocess`: every policy in the driver process, one after the other (one policy; debugging);
 - `processes`: one worker process per policy on this machine, each with its share of the cores,
-  working in parallel (the default for two or more policies).
+  working in parallel (the default for two or more policies);
+- `ray`: one Ray actor per policy, on any machines of a Ray cluster (GPUs per policy).
 """
 
 from __future__ import annotations
@@ -41,17 +42,19 @@ class Backend(Protocol):
 
     def describe(self) -> dict[str, dict[str, str]]: ...
 
-    def save(self, directory: Path) -> None: ...
+    def save(self, directory: Path, names: Sequence[str] | None = None) -> None: ...
 
     def load(self, directory: Path) -> None: ...
 
     def close(self) -> None: ...
 
 
-BACKENDS = ("inprocess", "processes")
+BACKENDS = ("inprocess", "processes", "ray")
 
 
-def make_backend(specs: Sequence[PolicySpec], kind: str = "auto") -> Backend:
+def make_backend(
+    specs: Sequence[PolicySpec], kind: str = "auto", *, ray_strategy: str = "none"
+) -> Backend:
     if kind == "auto":
         kind = "processes" if len(specs) > 1 else "inprocess"
     if kind == "inprocess":
@@ -62,4 +65,8 @@ def make_backend(specs: Sequence[PolicySpec], kind: str = "auto") -> Backend:
         from graft.backends.processes import ProcessBackend
 
         return ProcessBackend(specs)
+    if kind == "ray":
+        from graft.backends.ray_backend import RayBackend
+
+        return RayBackend(specs, strategy=ray_strategy)
     raise ValueError(f"unknown run.backend {kind!r}; known: auto, {', '.join(BACKENDS)}")

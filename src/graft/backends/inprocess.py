@@ -45,9 +45,10 @@ class InProcessBackend:
     def describe(self) -> dict[str, dict[str, str]]:
         return {name: p.describe() for name, p in self.policies.items()}
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, names: Sequence[str] | None = None) -> None:
         for name, p in self.policies.items():
-            p.save(directory / name)
+            if names is None or name in names:
+                p.save(directory / name)
 
     def load(self, directory: Path) -> None:
         for name, p in self.policies.items():

@@ -154,8 +154,9 @@ class ProcessBackend:
     def describe(self) -> dict[str, dict[str, str]]:
         return self._call({name: ("describe", (), {}) for name in self.names})
 
-    def save(self, directory: Path) -> None:
-        self._call({name: ("save", (str(directory / name),), {}) for name in self.names})
+    def save(self, directory: Path, names: Sequence[str] | None = None) -> None:
+        chosen = self.names if names is None else [n for n in self.names if n in names]
+        self._call({name: ("save", (str(directory / name),), {}) for name in chosen})
 
     def load(self, directory: Path) -> None:
         self._call({name: ("load", (str(directory / name),), {}) for name in self.names})

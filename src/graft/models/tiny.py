@@ -142,6 +142,14 @@ def _add_task(**kw: object) -> ArithmeticConfig:
     return ArithmeticConfig(skills=("add:2,2",), **kw)  # type: ignore[arg-type]
 
 
+MUL_SKILLS = ("mul:3,1:2-5", "mul:3,1:6-9")
+"""3-digit times a digit, split by multiplier: the skills of the `*-mul` presets."""
+
+
+def _mul_task() -> ArithmeticConfig:
+    return ArithmeticConfig(skills=MUL_SKILLS, scratchpad=True)
+
+
 TINY_PRESETS: dict[str, TinySpec] = {
     # Partially accurate by construction: greedy decoding gets some of the held-out problems right,
     # sampling at temperature 1 fewer, since late noisy labels keep mass on wrong answers.
@@ -160,6 +168,33 @@ TINY_PRESETS: dict[str, TinySpec] = {
         pretrain_steps=600,
         lr=1e-3,
         seed=3,
+    ),
+    # A complementary pair for GRAFT (configs/graft_mul.yaml): place-value scratchpad on 3-digit x
+    # 1-digit multiplication, pre-trained 90/10 and 5/95 on multipliers 2-5 / 6-9, so each is good
+    # on its own skill and weak (many all-fail groups of 8) on the other's. Same size, steps and
+    # learning rate, so both are about equally confident on the shared format and the paper's
+    # weight (delta 0.8) admits peer responses both ways. The qwen2 BPE splits every digit and
+    # operators stand alone here, so both tokenize this text one token per character. No noise:
+    # sampling at temperature 1 already leaves the strong skill well short of always right.
+    "llama-char-mul": TinySpec(
+        arch="llama",
+        tokenizer="char",
+        task=_mul_task(),
+        skill_weights=(0.9, 0.1),
+        pretrain_steps=600,
+        batch_size=32,
+        lr=1e-3,
+        seed=11,
+    ),
+    "qwen2-bpe-mul": TinySpec(
+        arch="qwen2",
+        tokenizer="bpe",
+        task=_mul_task(),
+        skill_weights=(0.05, 0.95),
+        pretrain_steps=600,
+        batch_size=32,
+        lr=1e-3,
+        seed=12,
     ),
 }
 

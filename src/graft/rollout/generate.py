@@ -81,8 +81,10 @@ def sample_batch(
     for b, p in enumerate(prompts):
         input_ids_BL[b, max_len - len(p) :] = torch.tensor(list(p), dtype=torch.long)
         attention_BL[b, max_len - len(p) :] = 1
+    device = next(model.parameters()).device
+    input_ids_BL, attention_BL = input_ids_BL.to(device), attention_BL.to(device)
     position_BL = (attention_BL.cumsum(-1) - 1).clamp(min=0)
-    stop_1S = torch.tensor(list(stop_ids), dtype=torch.long).unsqueeze(0)
+    stop_1S = torch.tensor(list(stop_ids), dtype=torch.long, device=device).unsqueeze(0)
 
     cache = DynamicCache()
     out = model(
@@ -93,11 +95,14 @@ def sample_batch(
         use_cache=True,
     )
     next_pos_B1 = position_BL[:, -1:] + 1
-    tokens_BT = torch.full((num_rows, params.max_new_tokens), pad_id, dtype=torch.long)
-    logp_BT = torch.zeros((num_rows, params.max_new_tokens))
-    done_B = torch.zeros(num_rows, dtype=torch.bool)
-    lengths_B = torch.full((num_rows,), params.max_new_tokens, dtype=torch.long)
-    stopped_B = torch.zeros(num_rows, dtype=torch.bool)
+    tokens_BT = torch.full(
+        (num_rows, params.max_new_tokens), pad_id, dtype=torch.long, device=device
+    )
+    logp_BT = torch.zeros((num_rows, params.max_new_tokens), device=device)
+    done_B = torch.zeros(num_rows, dtype=torch.bool, device=device)
+    lengths_B = torch.full((num_rows,), params.max_new_tokens, dtype=torch.long, device=device)
+    stopped_B = torch.zeros(num_rows, dtype=torch.bool, device=device)
+    ones_B1 = torch.ones((num_rows, 1), dtype=torch.long, device=device)
     for t in range(params.max_new_tokens):
         tokens_B, logp_B = _next_tokens(out.logits[:, -1, :], params, generator)
         tokens_B = tokens_B.masked_fill(done_B, pad_id)
@@ -109,7 +114,7 @@ def sample_batch(
         done_B |= hit_B
         if bool(done_B.all()) or t + 1 == params.max_new_tokens:
             break
-        attention_BL = torch.cat([attention_BL, torch.ones((num_rows, 1), dtype=torch.long)], 1)
+        attention_BL = torch.cat([attention_BL, ones_B1], 1)
         out = model(
             input_ids=tokens_B.unsqueeze(-1),
             attention_mask=attention_BL,
@@ -118,6 +123,9 @@ def sample_batch(
             use_cache=True,
         )
         next_pos_B1 = next_pos_B1 + 1
+    tokens_BT, logp_BT, lengths_B, stopped_B = (
+        t.cpu() for t in (tokens_BT, logp_BT, lengths_B, stopped_B)
+    )
     samples = []
     for b in range(num_rows):
         n = int(lengths_B[b])

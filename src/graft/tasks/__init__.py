@@ -22,6 +22,8 @@ class Task(Protocol):
 
     def test_problems(self) -> tuple[Problem, ...]: ...
 
+    def val_problems(self) -> tuple[Problem, ...]: ...
+
 
 def _arithmetic(cfg: TaskConfig) -> Task:
     from graft.tasks.arithmetic import ArithmeticTask

@@ -8,8 +8,8 @@ LAST operand.
 The prompt is the expression with a trailing `=` ("347*6="); the reference response is the result,
 or with `scratchpad` the place-value working ending in the result
 ("300*6+40*6+7*6=1800+240+42=2040+42=2082"). Answers are checked by the `final_number` verifier.
-The held-out split is drawn first and removed from the training pool, so the two never share a
-prompt (`tests/test_tasks.py` checks it).
+The held-out test split is drawn first, then the training split, then a validation split; the three
+never share a prompt (`tests/test_tasks.py` checks it).
 """
 
 from __future__ import annotations
@@ -154,17 +154,24 @@ class ArithmeticTask:
         n_skills = len(self.skills)
         test: list[Problem] = []
         train: list[Problem] = []
+        val: list[Problem] = []
+        share = lambda total, i: total // n_skills + (i < total % n_skills)  # noqa: E731
         for i, skill in enumerate(self.skills):
-            want_test = self.cfg.num_test // n_skills + (i < self.cfg.num_test % n_skills)
-            want_train = self.cfg.num_train // n_skills + (i < self.cfg.num_train % n_skills)
-            operands = _sample_operands(skill, rng, want_test + want_train)
+            want_test, want_train = share(self.cfg.num_test, i), share(self.cfg.num_train, i)
+            want_val = share(self.cfg.num_val, i)
+            operands = _sample_operands(skill, rng, want_test + want_train + want_val)
             problems = [self._problem(skill, ops) for ops in operands]
             test.extend(problems[:want_test])
-            train.extend(problems[want_test:])
-        test_ids = {p.id for p in test}
-        train = [p for p in train if p.id not in test_ids]
+            train.extend(problems[want_test : want_test + want_train])
+            val.extend(problems[want_test + want_train :])
+        held_out = {p.id for p in test}
+        train = [p for p in train if p.id not in held_out]
+        held_out |= {p.id for p in train}
+        val = [p for p in val if p.id not in held_out]
         rng.shuffle(train)
         rng.shuffle(test)
+        rng.shuffle(val)
+        self._val = tuple(val)
         return tuple(train), tuple(test)
 
     def _problem(self, skill: Skill, operands: tuple[int, ...]) -> Problem:
@@ -179,6 +186,10 @@ class ArithmeticTask:
 
     def test_problems(self) -> tuple[Problem, ...]:
         return self._test
+
+    def val_problems(self) -> tuple[Problem, ...]:
+        """Validation problems, disjoint from train and test (drawn after both)."""
+        return self._val
 
     def solution(self, problem: Problem) -> str:
         """Reference response text for one of this task's problems (for supervised pre-training)."""

@@ -167,9 +167,15 @@ class MathTask:
         self._test = (
             load_problems(cfg.test, cfg.test_split, cfg, key="task.math.test") if cfg.test else ()
         )
+        self._val = (
+            load_problems(cfg.val, cfg.val_split, cfg, key="task.math.val") if cfg.val else ()
+        )
 
     def train_problems(self) -> tuple[Problem, ...]:
         return self._train
+
+    def val_problems(self) -> tuple[Problem, ...]:
+        return self._val
 
     def test_problems(self) -> tuple[Problem, ...]:
         return self._test

@@ -1,0 +1,162 @@
+"""One Ray actor per policy, each holding its model, tokenizer, optimizer and sampler.
+
+`graft train` connects to an existing cluster when RAY_ADDRESS is set (ray.init reads it) and
+otherwise starts a local one. Each actor reserves `models.N.num_gpus` / `num_cpus`; with
+`run.ray_strategy` pack or spread, the actors are placed through a placement group. The driver keeps
+the cheap data flow (verification, grouping, gate, weights, store, logging); only graft's plain
+records cross to and from the actors. Ray is imported here only, and only when this backend is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graft.backends.processes import PolicyWorkerError
+from graft.policy import Policy, PolicySpec
+from graft.rollout import SamplingParams
+from graft.transfer import Imported, PeerResponse
+from graft.types import Problem, Rollout, TrainGroup
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("run.backend=ray needs Ray: pip install 'graft-rl[ray]'") from None
+    return ray
+
+
+class PolicyActor:
+    """The body of a policy's Ray actor (wrapped with ray.remote at runtime)."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.policy = Policy(spec)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def call(self, method: str, args: tuple, kwargs: dict) -> Any:
+        return getattr(self.policy, method)(*args, **kwargs)
+
+
+class RayBackend:
+    def __init__(self, specs: Sequence[PolicySpec], *, strategy: str = "none") -> None:
+        ray = self.ray = _import_ray()
+        if not ray.is_initialized():
+            # RAY_ADDRESS, when set, makes this connect to that cluster instead of starting one.
+            ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        self.names = tuple(s.model.name for s in specs)
+        self._pg = None
+        options = [self._resources(s) for s in specs]
+        if strategy != "none":
+            from ray.util.placement_group import placement_group
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            bundles = [
+                {"CPU": o["num_cpus"], **({"GPU": o["num_gpus"]} if o["num_gpus"] else {})}
+                for o in options
+            ]
+            self._pg = placement_group(bundles, strategy=strategy.upper())
+            ray.get(self._pg.ready())
+            for i, o in enumerate(options):
+                o["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=self._pg, placement_group_bundle_index=i
+                )
+        remote = ray.remote(max_restarts=0)(PolicyActor)
+        self.actors = {
+            s.model.name: remote.options(name=None, **o).remote(s) for s, o in zip(specs, options)
+        }
+        self.pids = self._call({name: ("__pid__", (), {}) for name in self.names})
+
+    @staticmethod
+    def _resources(spec: PolicySpec) -> dict[str, Any]:
+        return {
+            "num_cpus": spec.model.num_cpus or max(spec.threads, 1),
+            "num_gpus": spec.model.num_gpus,
+        }
+
+    def _call(self, calls: Mapping[str, tuple[str, tuple, dict]]) -> dict[str, Any]:
+        """Start every call before waiting on any, so the actors work in parallel."""
+        refs = {}
+        for name, (method, args, kwargs) in calls.items():
+            actor = self.actors[name]
+            refs[name] = (
+                actor.pid.remote()
+                if method == "__pid__"
+                else actor.call.remote(method, args, kwargs)
+            )
+        results, errors = {}, []
+        for name, ref in refs.items():
+            try:
+                results[name] = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as exc:
+                errors.append(
+                    PolicyWorkerError(
+                        f"policy {name!r}: its Ray actor died ({type(exc).__name__}); resume "
+                        f"from the last checkpoint with `graft train --resume RUN_DIR`"
+                    )
+                )
+            except self.ray.exceptions.RayTaskError as exc:
+                errors.append(exc.as_instanceof_cause())
+        if errors:
+            raise errors[0]
+        return results
+
+    def generate(
+        self,
+        problems: Sequence[Problem],
+        *,
+        n: int,
+        params: SamplingParams,
+        seeds: Mapping[str, int],
+    ) -> dict[str, list[Rollout]]:
+        problems = list(problems)
+        return self._call(
+            {
+                name: ("generate", (problems,), {"n": n, "params": params, "seed": seeds[name]})
+                for name in self.names
+            }
+        )
+
+    def import_responses(
+        self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
+    ) -> dict[str, list[Imported]]:
+        return self._call(
+            {
+                name: ("import_responses", (list(reqs),), {"too_long": too_long})
+                for name, reqs in requests.items()
+            }
+        )
+
+    def train(
+        self, batches: Mapping[str, Sequence[TrainGroup]], *, seeds: Mapping[str, int]
+    ) -> dict[str, dict[str, float]]:
+        return self._call(
+            {name: ("train", (list(b),), {"seed": seeds[name]}) for name, b in batches.items()}
+        )
+
+    def describe(self) -> dict[str, dict[str, str]]:
+        return self._call({name: ("describe", (), {}) for name in self.names})
+
+    def save(self, directory: Path, names: Sequence[str] | None = None) -> None:
+        # Actors write to the path they are given: with several machines it must be shared storage.
+        chosen = self.names if names is None else [n for n in self.names if n in names]
+        self._call({name: ("save", (str(directory / name),), {}) for name in chosen})
+
+    def load(self, directory: Path) -> None:
+        self._call({name: ("load", (str(directory / name),), {}) for name in self.names})
+
+    def close(self) -> None:
+        for actor in self.actors.values():
+            with contextlib.suppress(Exception):  # already dead
+                self.ray.kill(actor)
+        self.actors.clear()
+        if self._pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self._pg)
+            self._pg = None

@@ -1,0 +1,144 @@
+"""`graft eval` and `graft plot`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+EVAL_EPILOG = """examples:
+  graft eval --model runs/grpo_tiny/checkpoints/step_000040/llama --suite test --k 4 --runs 3
+  graft eval --run runs/graft_tiny --run runs/grpo_tiny --baseline grpo_tiny/llama/final
+  graft eval --model HuggingFaceTB/SmolLM2-135M-Instruct --chat-template --suite paper
+"""
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    ev = sub.add_parser(
+        "eval",
+        help="avg@k / pass@k of models or of a run's checkpoints",
+        epilog=EVAL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    what = ev.add_argument_group("what to evaluate (one or more)")
+    what.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="PATH_OR_NAME",
+        help="hub name, local directory, .gguf file or tiny:<preset>",
+    )
+    what.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="every policy of a run: its final and its best checkpoint",
+    )
+    ev.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        help="suite (math500, aime2024, aime2025, amc23, minerva, paper, test, val, "
+        "fixture, PATH.jsonl); default: the run's eval suites, else test",
+    )
+    ev.add_argument("--config", help="config whose task defines the test/val suites (--model)")
+    ev.add_argument("--k", type=int, default=8, help="samples per problem (default 8)")
+    ev.add_argument("--runs", type=int, default=5, help="evaluation runs (default 5)")
+    ev.add_argument("--temperature", type=float, default=0.6, help="default 0.6")
+    ev.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
+    ev.add_argument(
+        "--max-new-tokens", type=int, default=0, help="default: the run's limit, else 1024"
+    )
+    ev.add_argument("--limit", type=int, default=0, help="first N problems of each suite")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--prompt-template", default="{prompt}", help="for --model")
+    ev.add_argument("--chat-template", action="store_true", help="for --model")
+    ev.add_argument("--baseline", help="label of the row the table's delta column compares to")
+    ev.add_argument("--out", help="output folder for eval.json and eval.md")
+    ev.add_argument("--workers", type=int, default=2, help="verifier processes")
+
+    plot = sub.add_parser("plot", help="reward and accuracy curves of runs, overlaid")
+    plot.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    plot.add_argument("--out", default="curves.png", help="PNG file (default curves.png)")
+
+
+def _targets(args: argparse.Namespace):
+    """(label, ModelConfig, config, suites, default max_new_tokens) for every model."""
+    from graft.config import Config, ModelConfig, load_config
+    from graft.rundir import latest_checkpoint
+
+    targets = []
+    for path in args.model:
+        cfg = load_config(Config, args.config) if args.config else Config()
+        model = ModelConfig(
+            name="model",
+            path=path,
+            prompt_template=args.prompt_template,
+            chat_template=args.chat_template,
+        )
+        label = Path(path).name if not path.startswith("tiny:") else path
+        targets.append((label, model, cfg, args.suite or list(cfg.eval.suites), 1024))
+    for run in args.run:
+        run_dir = Path(run)
+        cfg = load_config(Config, run_dir / "config.yaml")
+        final = latest_checkpoint(run_dir)
+        if final is None:
+            raise FileNotFoundError(f"--run {run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+        limit = cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens
+        suites = args.suite or list(cfg.eval.suites)
+        for m in cfg.models:
+            best = run_dir / "checkpoints" / "best" / m.name
+            for tag, ckpt in (("final", final / m.name), ("best", best)):
+                if ckpt.is_dir():
+                    model = dataclasses.replace(m, path=str(ckpt), tokenizer="")
+                    targets.append((f"{run_dir.name}/{m.name}/{tag}", model, cfg, suites, limit))
+    if not targets:
+        raise ValueError("graft eval: give --model or --run")
+    return targets
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from graft.backends.inprocess import InProcessBackend
+    from graft.evaluate import EvalSettings, evaluate_runs
+    from graft.policy import PolicySpec
+    from graft.report import write_eval
+    from graft.suites import load_suites
+    from graft.tasks.pool import VerifierPool
+
+    results: dict = {"models": {}}
+    with VerifierPool(workers=args.workers) as pool:
+        for label, model, cfg, suite_names, default_limit in _targets(args):
+            suites = load_suites(suite_names, task=cfg.task, limit=args.limit)
+            max_new = args.max_new_tokens or default_limit
+            settings = EvalSettings(
+                args.k, args.runs, args.temperature, args.top_p, max_new, args.seed
+            )
+            rollout = dataclasses.replace(cfg.rollout, max_new_tokens=max_new)
+            spec = PolicySpec(
+                model=dataclasses.replace(model, name="policy"),
+                rollout=rollout,
+                algo=cfg.algo,
+                seed=args.seed,
+            )
+            backend = InProcessBackend([spec])
+            try:
+                print(f"evaluating {label} on {', '.join(s.name for s in suites)}")
+                result = evaluate_runs(backend, suites, settings, pool=pool)
+            finally:
+                backend.close()
+            results["settings"] = result["settings"]
+            results["models"][label] = result["models"]["policy"]
+    out = Path(args.out) if args.out else (Path(args.run[0]) / "eval" if args.run else Path("eval"))
+    table = write_eval(out, results, baseline=args.baseline)
+    print(table)
+    print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from graft.report import plot_runs
+
+    counts = plot_runs(args.runs, args.out)
+    print(f"wrote {args.out}: {counts['reward']} reward curves, {counts['eval']} accuracy curves")
+    return 0

@@ -1,0 +1,105 @@
+"""Backends: local worker processes and Ray actors give the same numbers; a dead worker ends the
+run with a clear error naming the policy, and --resume continues from the last checkpoint."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from graft.cli import main
+from graft.rundir import read_metrics
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
+SMALL = ["run.progress=false", "run.threads=1", "run.tensorboard=false", "eval.every=0",
+         "rollout.prompts_per_step=8", "rollout.group_size=4", "algo.minibatches=2",
+         "verify.workers=1", "exchange.delta=0.5"]
+
+
+def _args(out, *sets):
+    args = ["train", str(CONFIG), "--out", str(out)]
+    for s in [*SMALL, *sets]:
+        args += ["--set", s]
+    return args
+
+
+def _without_times(records):
+    return [{k: v for k, v in r.items() if "time/" not in k and k != "tokens_per_s"}
+            for r in records]
+
+
+def _same_run(a, b):
+    ra, rb = _without_times(read_metrics(a)), _without_times(read_metrics(b))
+    assert len(ra) == len(rb)
+    for x, y in zip(ra, rb):
+        assert x.keys() == y.keys()
+        for key in x:
+            assert x[key] == pytest.approx(y[key], abs=1e-6), key
+    for name in ("llama", "qwen"):
+        wa = load_file(str(Path(a) / "checkpoints/step_000003" / name / "model.safetensors"))
+        wb = load_file(str(Path(b) / "checkpoints/step_000003" / name / "model.safetensors"))
+        assert all(torch.allclose(wa[k], wb[k], atol=1e-6, rtol=0) for k in wa)
+
+
+@pytest.mark.slow
+def test_ray_and_local_backends_give_the_same_numbers(tmp_path):
+    ray = pytest.importorskip("ray")
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    assert main(_args(local, "run.steps=3", "run.backend=processes")) == 0
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert main(_args(remote, "run.steps=3", "run.backend=ray")) == 0
+        workers = json.loads((remote / "workers.json").read_text())
+        assert set(workers) == {"llama", "qwen"}
+        assert all(int(w["pid"]) != os.getpid() for w in workers.values())
+    finally:
+        ray.shutdown()
+    assert sum(r.get("x/llama->qwen/admitted", 0) + r.get("x/qwen->llama/admitted", 0)
+               for r in read_metrics(local)) > 0
+    _same_run(local, remote)
+
+
+def test_inprocess_and_processes_backends_give_the_same_numbers(tmp_path):
+    a, b = tmp_path / "inprocess", tmp_path / "processes"
+    assert main(_args(a, "run.steps=3", "run.backend=inprocess")) == 0
+    assert main(_args(b, "run.steps=3", "run.backend=processes")) == 0
+    _same_run(a, b)
+
+
+def _kill_a_worker_then_resume(tmp_path, backend, extra_env=None):
+    out = tmp_path / backend
+    cmd = [sys.executable, "-m", "graft.cli", *_args(out, "run.steps=40", "run.save_every=2",
+                                                     f"run.backend={backend}")[0:]]
+    env = {**os.environ, **(extra_env or {})}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # wait for a checkpoint, then kill the qwen worker
+        if (out / "checkpoints" / "step_000002").is_dir() and (out / "workers.json").is_file():
+            break
+        time.sleep(0.2)
+    victim = int(json.loads((out / "workers.json").read_text())["qwen"]["pid"])
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert "policy 'qwen'" in last and ("died" in last or "gone" in last), last
+    done = [r["step"] for r in read_metrics(out)]
+    assert main(["train", "--resume", str(out), "--set", "run.steps=6"]) == 0
+    steps = [r["step"] for r in read_metrics(out)]
+    assert steps == list(range(1, 7)) and len(done) >= 2
+
+
+def test_a_dead_worker_process_names_the_policy_and_resume_continues(tmp_path):
+    _kill_a_worker_then_resume(tmp_path, "processes")
+
+
+@pytest.mark.slow
+def test_a_dead_ray_actor_names_the_policy_and_resume_continues(tmp_path):
+    pytest.importorskip("ray")
+    _kill_a_worker_then_resume(tmp_path, "ray")
