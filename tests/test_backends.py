@@ -17,9 +17,17 @@ from graft.cli import main
 from graft.rundir import read_metrics
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
-SMALL = ["run.progress=false", "run.threads=1", "run.tensorboard=false", "eval.every=0",
-         "rollout.prompts_per_step=8", "rollout.group_size=4", "algo.minibatches=2",
-         "verify.workers=1", "exchange.delta=0.5"]
+SMALL = [
+    "run.progress=false",
+    "run.threads=1",
+    "run.tensorboard=false",
+    "eval.every=0",
+    "rollout.prompts_per_step=8",
+    "rollout.group_size=4",
+    "algo.minibatches=2",
+    "verify.workers=1",
+    "exchange.delta=0.5",
+]
 
 
 def _args(out, *sets):
@@ -30,8 +38,9 @@ def _args(out, *sets):
 
 
 def _without_times(records):
-    return [{k: v for k, v in r.items() if "time/" not in k and k != "tokens_per_s"}
-            for r in records]
+    return [
+        {k: v for k, v in r.items() if "time/" not in k and k != "tokens_per_s"} for r in records
+    ]
 
 
 def _same_run(a, b):
@@ -60,8 +69,13 @@ def test_ray_and_local_backends_give_the_same_numbers(tmp_path):
         assert all(int(w["pid"]) != os.getpid() for w in workers.values())
     finally:
         ray.shutdown()
-    assert sum(r.get("x/llama->qwen/admitted", 0) + r.get("x/qwen->llama/admitted", 0)
-               for r in read_metrics(local)) > 0
+    assert (
+        sum(
+            r.get("x/llama->qwen/admitted", 0) + r.get("x/qwen->llama/admitted", 0)
+            for r in read_metrics(local)
+        )
+        > 0
+    )
     _same_run(local, remote)
 
 
@@ -74,8 +88,12 @@ def test_inprocess_and_processes_backends_give_the_same_numbers(tmp_path):
 
 def _kill_a_worker_then_resume(tmp_path, backend, extra_env=None):
     out = tmp_path / backend
-    cmd = [sys.executable, "-m", "graft.cli", *_args(out, "run.steps=40", "run.save_every=2",
-                                                     f"run.backend={backend}")[0:]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "graft.cli",
+        *_args(out, "run.steps=40", "run.save_every=2", f"run.backend={backend}")[0:],
+    ]
     env = {**os.environ, **(extra_env or {})}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 240

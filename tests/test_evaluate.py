@@ -3,7 +3,6 @@
 import itertools
 import json
 import random
-from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -41,13 +40,22 @@ class FakeGenerator:
         self.correct = correct
 
     def generate(self, problems, *, n, params, seeds):
-        text = (lambda p: f"So the answer is $\\boxed{{{p.gold}}}$.") if self.correct else (
-            lambda p: "I do not know.")
-        return {self.names[0]: [
-            Rollout(p, self.names[0], (1,), tuple(Completion(text(p), (1,), (0.0,), "stop")
-                                                  for _ in range(n)))
-            for p in problems
-        ]}
+        text = (
+            (lambda p: f"So the answer is $\\boxed{{{p.gold}}}$.")
+            if self.correct
+            else (lambda p: "I do not know.")
+        )
+        return {
+            self.names[0]: [
+                Rollout(
+                    p,
+                    self.names[0],
+                    (1,),
+                    tuple(Completion(text(p), (1,), (0.0,), "stop") for _ in range(n)),
+                )
+                for p in problems
+            ]
+        }
 
 
 def test_oracle_scores_100_and_a_hopeless_model_0(tmp_path):
@@ -56,8 +64,9 @@ def test_oracle_scores_100_and_a_hopeless_model_0(tmp_path):
     result = {"models": {}}
     with VerifierPool(workers=1) as pool:
         for name, correct in (("oracle", True), ("hopeless", False)):
-            out = evaluate_runs(FakeGenerator(name, correct), suites, settings, pool=pool,
-                                progress=False)
+            out = evaluate_runs(
+                FakeGenerator(name, correct), suites, settings, pool=pool, progress=False
+            )
             result["settings"] = out["settings"]
             result["models"][name] = out["models"][name]
     oracle, hopeless = result["models"]["oracle"], result["models"]["hopeless"]
@@ -65,9 +74,13 @@ def test_oracle_scores_100_and_a_hopeless_model_0(tmp_path):
     assert oracle["suites"]["fixture"]["pass@4"]["mean"] == 1.0
     assert hopeless["average"]["avg@4"]["mean"] == 0.0
     n = len(suites[0].problems)
-    assert hopeless["suites"]["fixture"]["verdicts"] == {"correct": 0, "wrong": 0,
-                                                         "no_answer": 2 * 4 * n, "timeout": 0,
-                                                         "error": 0}
+    assert hopeless["suites"]["fixture"]["verdicts"] == {
+        "correct": 0,
+        "wrong": 0,
+        "no_answer": 2 * 4 * n,
+        "timeout": 0,
+        "error": 0,
+    }
     table = write_eval(tmp_path, result, baseline="hopeless")
     assert "| oracle | 100.0 ± 0.0 | 100.0 ± 0.0 | +100.0 |" in table
     assert json.loads((tmp_path / "eval.json").read_text())["models"]["oracle"]
@@ -77,9 +90,28 @@ def test_oracle_scores_100_and_a_hopeless_model_0(tmp_path):
 
 def _eval_cli(tmp_path, *extra):
     out = tmp_path / "ev"
-    args = ["eval", "--model", "tiny:llama-char-add", "--suite", "test", "--k", "4", "--runs",
-            "2", "--limit", "25", "--temperature", "1.0", "--top-p", "1.0", "--max-new-tokens",
-            "8", "--out", str(out), *extra]
+    args = [
+        "eval",
+        "--model",
+        "tiny:llama-char-add",
+        "--suite",
+        "test",
+        "--k",
+        "4",
+        "--runs",
+        "2",
+        "--limit",
+        "25",
+        "--temperature",
+        "1.0",
+        "--top-p",
+        "1.0",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+        *extra,
+    ]
     assert main(args) == 0
     return json.loads((out / "eval.json").read_text())
 
@@ -98,11 +130,23 @@ def test_eval_is_deterministic_and_runs_use_different_seeds(tmp_path):
 
 def test_run_directory_gives_curves_table_and_best_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    sets = ["run.steps=4", "run.progress=false", "run.save_every=0", "eval.every=2",
-            "eval.num_problems=20", "eval.suites=[test]", "eval.validation=val",
-            "rollout.prompts_per_step=8", "rollout.group_size=4", "rollout.max_new_tokens=8",
-            "models.0.name=llama", "models.0.path=tiny:llama-char-add",
-            "models.0.optim.lr=2e-5", "algo.minibatches=2", "verify.workers=1"]
+    sets = [
+        "run.steps=4",
+        "run.progress=false",
+        "run.save_every=0",
+        "eval.every=2",
+        "eval.num_problems=20",
+        "eval.suites=[test]",
+        "eval.validation=val",
+        "rollout.prompts_per_step=8",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=8",
+        "models.0.name=llama",
+        "models.0.path=tiny:llama-char-add",
+        "models.0.optim.lr=2e-5",
+        "algo.minibatches=2",
+        "verify.workers=1",
+    ]
     args = ["train", "--out", str(run_dir)]
     for s in sets:
         args += ["--set", s]
@@ -121,8 +165,26 @@ def test_run_directory_gives_curves_table_and_best_checkpoint(tmp_path):
     assert counts == {"reward": 2, "eval": 4}  # 2 runs x (test, val)
 
     out = tmp_path / "eval_out"
-    assert main(["eval", "--run", str(run_dir), "--k", "2", "--runs", "2", "--limit", "10",
-                 "--out", str(out), "--baseline", "run/llama/final"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--run",
+                str(run_dir),
+                "--k",
+                "2",
+                "--runs",
+                "2",
+                "--limit",
+                "10",
+                "--out",
+                str(out),
+                "--baseline",
+                "run/llama/final",
+            ]
+        )
+        == 0
+    )
     table = (out / "eval.md").read_text()
     assert "| run/llama/final |" in table and "| run/llama/best |" in table
     assert "Δ vs run/llama/final" in table

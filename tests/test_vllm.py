@@ -16,9 +16,17 @@ def policies():
     from graft.policy import Policy, PolicySpec
 
     path = str(build_tiny("llama-char-add"))
-    make = lambda engine: Policy(PolicySpec(  # noqa: E731
-        model=ModelConfig(name="p", path=path, dtype="float32"),
-        rollout=RolloutConfig(max_new_tokens=8, engine=engine), algo=AlgoConfig(), seed=0))
+
+    def make(engine):
+        return Policy(
+            PolicySpec(
+                model=ModelConfig(name="p", path=path, dtype="float32"),
+                rollout=RolloutConfig(max_new_tokens=8, engine=engine),
+                algo=AlgoConfig(),
+                seed=0,
+            )
+        )
+
     return make("vllm"), make("hf")
 
 

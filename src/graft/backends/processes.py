@@ -15,14 +15,11 @@ import signal
 import traceback
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
+from graft.backends.remote import RemoteBackend
 from graft.policy import Policy, PolicySpec
 from graft.procutil import die_with_parent
-from graft.rollout import SamplingParams
-from graft.transfer import Imported, PeerResponse
-from graft.types import Problem, Rollout, TrainGroup
 
 
 class PolicyWorkerError(RuntimeError):
@@ -63,7 +60,7 @@ def _serve(conn: Connection, spec: PolicySpec) -> None:
             conn.send(("error", _portable(exc)))
 
 
-class ProcessBackend:
+class ProcessBackend(RemoteBackend):
     def __init__(self, specs: Sequence[PolicySpec], *, start_method: str = "spawn") -> None:
         ctx = multiprocessing.get_context(start_method)
         self.names = tuple(s.model.name for s in specs)
@@ -117,49 +114,6 @@ class ProcessBackend:
             except (BrokenPipeError, OSError) as exc:
                 raise PolicyWorkerError(f"policy {name!r}: its worker process is gone") from exc
         return self._gather(list(calls))
-
-    def generate(
-        self,
-        problems: Sequence[Problem],
-        *,
-        n: int,
-        params: SamplingParams,
-        seeds: Mapping[str, int],
-    ) -> dict[str, list[Rollout]]:
-        problems = list(problems)
-        return self._call(
-            {
-                name: ("generate", (problems,), {"n": n, "params": params, "seed": seeds[name]})
-                for name in self.names
-            }
-        )
-
-    def import_responses(
-        self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
-    ) -> dict[str, list[Imported]]:
-        return self._call(
-            {
-                name: ("import_responses", (list(reqs),), {"too_long": too_long})
-                for name, reqs in requests.items()
-            }
-        )
-
-    def train(
-        self, batches: Mapping[str, Sequence[TrainGroup]], *, seeds: Mapping[str, int]
-    ) -> dict[str, dict[str, float]]:
-        return self._call(
-            {name: ("train", (list(b),), {"seed": seeds[name]}) for name, b in batches.items()}
-        )
-
-    def describe(self) -> dict[str, dict[str, str]]:
-        return self._call({name: ("describe", (), {}) for name in self.names})
-
-    def save(self, directory: Path, names: Sequence[str] | None = None) -> None:
-        chosen = self.names if names is None else [n for n in self.names if n in names]
-        self._call({name: ("save", (str(directory / name),), {}) for name in chosen})
-
-    def load(self, directory: Path) -> None:
-        self._call({name: ("load", (str(directory / name),), {}) for name in self.names})
 
     def close(self) -> None:
         for conn in self._conns.values():

@@ -12,14 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from graft.backends.processes import PolicyWorkerError
+from graft.backends.remote import RemoteBackend
 from graft.policy import Policy, PolicySpec
-from graft.rollout import SamplingParams
-from graft.transfer import Imported, PeerResponse
-from graft.types import Problem, Rollout, TrainGroup
 
 
 def _import_ray() -> Any:
@@ -43,7 +40,7 @@ class PolicyActor:
         return getattr(self.policy, method)(*args, **kwargs)
 
 
-class RayBackend:
+class RayBackend(RemoteBackend):
     def __init__(self, specs: Sequence[PolicySpec], *, strategy: str = "none") -> None:
         ray = self.ray = _import_ray()
         if not ray.is_initialized():
@@ -105,50 +102,6 @@ class RayBackend:
         if errors:
             raise errors[0]
         return results
-
-    def generate(
-        self,
-        problems: Sequence[Problem],
-        *,
-        n: int,
-        params: SamplingParams,
-        seeds: Mapping[str, int],
-    ) -> dict[str, list[Rollout]]:
-        problems = list(problems)
-        return self._call(
-            {
-                name: ("generate", (problems,), {"n": n, "params": params, "seed": seeds[name]})
-                for name in self.names
-            }
-        )
-
-    def import_responses(
-        self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
-    ) -> dict[str, list[Imported]]:
-        return self._call(
-            {
-                name: ("import_responses", (list(reqs),), {"too_long": too_long})
-                for name, reqs in requests.items()
-            }
-        )
-
-    def train(
-        self, batches: Mapping[str, Sequence[TrainGroup]], *, seeds: Mapping[str, int]
-    ) -> dict[str, dict[str, float]]:
-        return self._call(
-            {name: ("train", (list(b),), {"seed": seeds[name]}) for name, b in batches.items()}
-        )
-
-    def describe(self) -> dict[str, dict[str, str]]:
-        return self._call({name: ("describe", (), {}) for name in self.names})
-
-    def save(self, directory: Path, names: Sequence[str] | None = None) -> None:
-        # Actors write to the path they are given: with several machines it must be shared storage.
-        chosen = self.names if names is None else [n for n in self.names if n in names]
-        self._call({name: ("save", (str(directory / name),), {}) for name in chosen})
-
-    def load(self, directory: Path) -> None:
-        self._call({name: ("load", (str(directory / name),), {}) for name in self.names})
 
     def close(self) -> None:
         for actor in self.actors.values():
