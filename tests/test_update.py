@@ -205,3 +205,24 @@ def test_kl_penalty_holds_the_policy_near_the_reference(random_lm):
         if kl > 0:
             assert stats["loss/kl"] > 0
     assert abs(moved[5.0]) < moved[0.0]
+
+
+def test_skipping_zero_advantage_responses_changes_no_gradient(random_lm):
+    seqs = _sequences(random_lm, 10)
+    zeroed = [
+        TrainSequence(
+            q.prompt_ids, q.response_ids, q.old_logprobs, 0.0 if i % 3 == 0 else q.advantage
+        )
+        for i, q in enumerate(seqs)
+    ]
+    grads, stats = {}, {}
+    for skip in (False, True):
+        random_lm.zero_grad(set_to_none=True)
+        s = UpdateSettings(micro_batch_size=3, skip_zero_advantage=skip, sort_by_length=skip)
+        stats[skip] = minibatch_backward(random_lm, zeroed, s, pad_id=0)
+        grads[skip] = _grads(random_lm)
+    for a, b in zip(grads[False], grads[True]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    assert stats[True]["tokens"] == stats[False]["tokens"]  # still in the denominator
+    assert stats[True]["skipped_tokens"] == sum(q.num_tokens for q in zeroed[::3])
+    assert stats[True]["loss"] == pytest.approx(stats[False]["loss"], rel=1e-5)

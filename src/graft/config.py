@@ -224,6 +224,11 @@ class AlgoConfig:
     """Recompute behavior log-probs with a forward pass instead of reusing generation log-probs."""
     ratio: Literal["token", "sequence"] = "token"
     """Importance ratio per token (PPO, GRAFT) or one per response (GSPO-style; an ablation)."""
+    skip_zero_advantage: bool = True
+    """Skip the forward/backward of responses whose gradient is exactly zero (advantage 0, no
+    KL); their tokens still count in the loss denominator. Changes no result."""
+    sort_by_length: bool = True
+    """Form micro-batches from length-sorted responses to cut padding. Changes no result."""
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,8 @@ def update_settings(spec: PolicySpec, minibatches: int | None = None) -> UpdateS
         ratio=a.ratio,
         peer_position=spec.peer_position,
         luffy_gamma=spec.luffy_gamma,
+        skip_zero_advantage=a.skip_zero_advantage,
+        sort_by_length=a.sort_by_length,
     )
 
 

@@ -282,7 +282,7 @@ class Trainer:
                 range(start, cfg.run.steps),
                 initial=start,
                 total=cfg.run.steps,
-                desc="train",
+                desc=f"train {run_dir.name}",
                 disable=not cfg.run.progress,
                 dynamic_ncols=True,
             )

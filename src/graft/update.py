@@ -40,6 +40,10 @@ class UpdateSettings:
     grad_clip: float = 1.0
     temperature: float = 1.0
     luffy_gamma: float = 0.1
+    skip_zero_advantage: bool = True
+    """Skip the forward/backward of responses with exactly zero gradient (see _zero_gradient)."""
+    sort_by_length: bool = True
+    """Cut micro-batches from length-sorted responses (less padding; same sum)."""
 
 
 def order_groups(
@@ -173,6 +177,13 @@ def sequence_coefficients(sequences: Sequence[TrainSequence], s: UpdateSettings)
     return coef_B
 
 
+def _zero_gradient(q: TrainSequence, s: UpdateSettings) -> bool:
+    """A response whose loss is exactly 0 for every parameter: advantage 0 in a policy-gradient
+    (or LUFFY) term, with no KL term. Its forward and backward can be skipped exactly; its tokens
+    still count in the token-mean denominator."""
+    return s.skip_zero_advantage and s.kl_coef == 0 and q.objective != "sft" and q.advantage == 0
+
+
 def minibatch_backward(
     model: torch.nn.Module,
     sequences: Sequence[TrainSequence],
@@ -188,11 +199,17 @@ def minibatch_backward(
     """
     coef_B = sequence_coefficients(sequences, s)
     totals: dict[str, float] = {}
-    for start in range(0, len(sequences), s.micro_batch_size):
-        micro = sequences[start : start + s.micro_batch_size]
-        loss, stats = _micro_loss(
-            model, micro, coef_B[start : start + len(micro)], s, pad_id=pad_id, ref_model=ref_model
-        )
+    keep = [i for i, q in enumerate(sequences) if not _zero_gradient(q, s)]
+    kept = set(keep)
+    skipped = [q.num_tokens for i, q in enumerate(sequences) if i not in kept]
+    totals["tokens"] = float(sum(skipped))  # they count in the denominator, through coef_B
+    totals["skipped_tokens"] = float(sum(skipped))
+    if s.sort_by_length:  # less padding; the sum over sequences does not depend on the order
+        keep.sort(key=lambda i: len(sequences[i].prompt_ids) + sequences[i].num_tokens)
+    for start in range(0, len(keep), s.micro_batch_size):
+        idx = keep[start : start + s.micro_batch_size]
+        micro = [sequences[i] for i in idx]
+        loss, stats = _micro_loss(model, micro, coef_B[idx], s, pad_id=pad_id, ref_model=ref_model)
         loss.backward()
         for key, value in stats.items():
             v = float(value)
@@ -246,11 +263,12 @@ def train_on_batch(
     tokens = max(sums.get("tokens", 0.0), 1.0)
     self_tokens = max(tokens - sums.get("peer_tokens", 0.0), 1.0)
     peer_tokens = sums.get("peer_tokens", 0.0)
+    computed = max(tokens - sums.get("skipped_tokens", 0.0), 1.0)
     out = {
         "loss/policy": sums.get("loss", 0.0) / num_steps,
         "loss/clip_frac": (sums.get("clipped", 0.0) + sums.get("peer_clipped", 0.0)) / tokens,
         "loss/self_clip_frac": sums.get("clipped", 0.0) / self_tokens,
-        "loss/ratio_mean": sums.get("ratio_sum", 0.0) / tokens,
+        "loss/ratio_mean": sums.get("ratio_sum", 0.0) / computed,
         "loss/ratio_max": sums.get("ratio_max", 0.0),
         "loss/peer_token_frac": peer_tokens / tokens,
         "grad_norm": sum(grad_norms) / num_steps,
@@ -258,6 +276,7 @@ def train_on_batch(
         "optim/steps": float(len(grad_norms)),
         "optim/lr": float(lr),
         "train/tokens": tokens / s.epochs,
+        "train/skipped_frac": sums.get("skipped_tokens", 0.0) / tokens,
         "time/fwd_bwd_s": sums.get("fwd_bwd_s", 0.0),
         "time/optim_s": sums.get("optim_s", 0.0),
     }
