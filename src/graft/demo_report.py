@@ -127,6 +127,8 @@ def summarize(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _cell(entry: dict[str, Any]) -> str:
+    if len(entry["values"]) == 1:
+        return f"{100 * entry['mean']:.1f}"
     return f"{100 * entry['mean']:.1f} ± {100 * entry['std']:.1f}"
 
 

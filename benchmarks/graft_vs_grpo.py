@@ -1,0 +1,103 @@
+"""Question: what does the exchange cost? A GRAFT step vs a GRPO step of the same two models.
+
+Two trainers on the same two-policy config, one with the exchange on (GRAFT) and one with it off
+(each policy plain GRPO on the same prompts), take steps in alternation with the same seeds.
+Reports the ratio of median step times, the exchange's own time (gate, re-tokenization, receiver
+log-probs of peer responses) and how much was transferred: prompts whose group was replaced and
+peer responses admitted, per step. The default config is the demo's complementary pair, where
+transfers happen on most steps in both directions.
+
+    .venv/bin/python benchmarks/graft_vs_grpo.py [--config configs/graft_mul.yaml] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from common import emit, peak_rss_mib, process_peak_rss_mib, summary
+
+from graft.config import Config, load_config
+from graft.trainer import Trainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/graft_mul.yaml")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    base = ["eval.every=0", "run.progress=false", "store.enabled=false"]
+    graft = Trainer(load_config(Config, args.config, [*base, "exchange.enabled=true"]))
+    grpo = Trainer(load_config(Config, args.config, [*base, "exchange.enabled=false"]))
+    if len(graft.names) < 2:
+        raise SystemExit("graft_vs_grpo needs a config with two or more models")
+    times: dict[str, list[float]] = {"graft": [], "grpo": []}
+    exchange_s, grafted, admitted, sent = [], [], [], []
+    prompts = graft.plan.prompts_per_step
+    try:
+        for step in range(args.warmup + args.steps):
+            for label, trainer in (("graft", graft), ("grpo", grpo)):
+                start = time.perf_counter()
+                m = trainer.step(step)
+                if step < args.warmup:
+                    continue
+                times[label].append(time.perf_counter() - start)
+                if label == "graft":
+                    exchange_s.append(m["time/exchange_s"])
+                    grafted.append(sum(v for k, v in m.items() if k.endswith("/prompts_grafted")))
+                    admitted.append(sum(v for k, v in m.items() if k.endswith("/admitted")))
+                    sent.append(sum(v for k, v in m.items() if k.endswith("/responses_sent")))
+        rss = {
+            f"{label} worker {n}": process_peak_rss_mib(int(info["pid"]))
+            for label, t in (("graft", graft), ("grpo", grpo))
+            for n, info in t.backend.describe().items()
+        }
+    finally:
+        graft.close()
+        grpo.close()
+    g, p = summary(times["graft"]), summary(times["grpo"])
+    ratio = g["median_s"] / p["median_s"]
+    with_transfer = sum(1 for x in grafted if x > 0) / len(grafted)
+    policies = len(graft.names)
+    rows = [
+        ("config", args.config),
+        ("steps measured", str(args.steps)),
+        ("median step, GRPO (exchange off)", f"{p['median_s'] * 1000:.0f} ms"),
+        ("median step, GRAFT", f"{g['median_s'] * 1000:.0f} ms"),
+        ("ratio GRAFT / GRPO", f"{ratio:.3f}"),
+        ("median exchange time", f"{statistics.median(exchange_s) * 1000:.1f} ms"),
+        ("steps with a transfer", f"{100 * with_transfer:.0f}%"),
+        (
+            "groups replaced per step",
+            f"{statistics.fmean(grafted):.2f} of {policies * prompts} "
+            f"({100 * statistics.fmean(grafted) / (policies * prompts):.1f}%)",
+        ),
+        (
+            "peer responses admitted / sent per step",
+            f"{statistics.fmean(admitted):.1f} / {statistics.fmean(sent):.1f}",
+        ),
+        ("peak RSS, driver", f"{peak_rss_mib():.0f} MiB"),
+        *((f"peak RSS, {k}", f"{v:.0f} MiB") for k, v in rss.items()),
+    ]
+    emit(
+        "graft_vs_grpo",
+        rows,
+        {
+            "ratio": ratio,
+            "graft": g,
+            "grpo": p,
+            "exchange_s_median": statistics.median(exchange_s),
+            "steps_with_transfer": with_transfer,
+            "groups_replaced_per_step": statistics.fmean(grafted),
+            "admitted_per_step": statistics.fmean(admitted),
+            "sent_per_step": statistics.fmean(sent),
+            "peak_rss_mib": peak_rss_mib(),
+            "worker_rss_mib": rss,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
