@@ -182,23 +182,27 @@ def run_demo(out: Path, s: DemoSettings) -> dict[str, Any]:
 
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    print(f"building (or reusing) the two tiny models: {', '.join(s.presets.values())}")
+    print(f"building (or reusing) the two tiny models: {', '.join(s.presets.values())}", flush=True)
     paths = build_presets(s)
     comp = complementarity(s, paths)
     for direction, d in comp["directions"].items():
         src, dst = direction.split("->")
         print(
             f"complementarity: where {dst} fails all 8 samples ({d['receiver_all_fail']} "
-            f"prompts), {src}'s group is mixed on {100 * d['fraction']:.1f}%"
+            f"prompts), {src}'s group is mixed on {100 * d['fraction']:.1f}%",
+            flush=True,
         )
     per_seed, online = {}, {}
     for seed in s.seeds:
         cfgs = run_configs(s, out, seed)
         for method in ("grpo", "graft", "grpo4x"):
             for c in cfgs.get(method, []):
-                print(f"seed {seed}: {LABELS[method]}")
+                print(f"seed {seed}: {LABELS[method]}", flush=True)
                 train(_with_progress(c))
-        print(f"seed {seed}: {LABELS['stored']} (each model against the other's GRPO store)")
+        print(
+            f"seed {seed}: {LABELS['stored']} (each model against the other's GRPO store)",
+            flush=True,
+        )
         _run_parallel(cfgs["stored"], out)
         per_seed[seed] = collect(s, cfgs)
         for direction, d in per_seed[seed]["graft"].get("exchange", {}).items():
