@@ -146,18 +146,17 @@ def _no_gguf_progress() -> Iterator[None]:
 
 
 def _load_gguf_model(source: _Source, dtype: torch.dtype) -> PreTrainedModel:
-    """A GGUF checkpoint dequantized to `dtype`.
+    """A GGUF checkpoint dequantized to `dtype`, as a plain (trainable, saveable) model.
 
-    transformers' own GGUF path in from_pretrained insists on `accelerate`, which graft does not
-    need otherwise; without it, read the config and the dequantized tensors with transformers'
-    GGUF helpers and load them into a model built from that config.
+    Not through from_pretrained(gguf_file=...): that path insists on `accelerate`, and the model
+    it returns carries a GGUF quantizer (and `config.quantization_config`), so save_pretrained
+    refuses it ("quantized with gguf and is not serializable") although its weights are plain
+    float tensors. Read the config and the dequantized tensors with transformers' GGUF helpers
+    and load them into a model built from that config.
     """
-    from transformers.utils import is_accelerate_available
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     kwargs = {"gguf_file": source.gguf_file, "trust_remote_code": False}
-    if is_accelerate_available():
-        return AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype, **kwargs)
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     config = AutoConfig.from_pretrained(source.location, **kwargs)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=False)
