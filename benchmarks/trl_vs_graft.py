@@ -2,15 +2,18 @@
 
 Workload (both sides, same initial weights and tokenizer, one process, torch with 2 threads, fp32,
 CPU): a ~1M-parameter Qwen2-style model (hidden 128, 4 layers, 4 heads / 2 KV heads, MLP 512, tied
-embeddings; graft.models.tiny, qwen2 BPE: one token per digit) briefly pre-trained on 2-digit
-addition; 16 prompts "Q: a+b= A:" x 8 samples = 128 completions per optimizer step, at most 8 new
-tokens, temperature 1, top-p 1; DAPO token-mean loss, clip 0.2 / 0.28, no KL, one pass, one
-optimizer step per rollout batch; AdamW lr 1e-4 constant (wd 0.01), grad clip 1.0; reward 1 when
-the completion's final number equals a+b (graft's `final_number`). Step k of both sides sees the
-same 16 prompts. graft: `Trainer.step` (generation, verification in its worker pool, update),
-store, eval and logging off. TRL: `GRPOTrainer.train()`; a callback times each optimizer step
-(from the end of the previous one, so its data loading is included) and, after every block of
-TRL steps, runs a block of graft steps, so the two alternate and share the machine's noise.
+embeddings; graft.models.tiny, qwen2 BPE: one token per digit) pre-trained for 600 steps on 2-digit
+addition (200 steps left sampled rewards near 0); 16 prompts "Q: a+b= A:" x 8 samples = 128
+completions per optimizer step, at most 8 new tokens, temperature 1, top-p 1; DAPO token-mean loss,
+clip 0.2 / 0.28, no KL, one pass, one optimizer step per rollout batch; AdamW lr 1e-4 constant (wd
+0.01), grad clip 1.0; reward 1 when the completion's final number equals a+b (graft's
+`final_number`). Step k of both sides sees the same 16 prompts. graft: `Trainer.step` (generation,
+verification in its worker pool, update), store, eval and logging off. TRL: `GRPOTrainer.train()`; a
+callback times each optimizer step (from the end of the previous one, so its data loading is
+included) and, after every block of TRL steps, runs a block of graft steps, so the two alternate and
+share the machine's noise. TRL phases come from wrapping its methods: backward_s is training_step
+minus generation/scoring and compute_loss; clip_optim_s runs from the end of training_step to the
+step's end.
 
     .venv/bin/pip install -e '.[bench]'
     GRAFT_CACHE=.cache/graft HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/trl_vs_graft.py \
@@ -185,9 +188,11 @@ def main() -> None:
     rss0 = rss_mib()
     graft = Trainer(graft_config(model_dir, args.set))
     rss_graft = rss_mib() - rss0
+    graft_opt = graft.backend.policies["qwen2"].optimizer  # in-process backend
     times: dict[str, list[float]] = {"graft": [], "trl": []}
     graft_metrics: list[dict[str, float]] = []
     state = {"graft_step": 0, "trl_step": 0, "resume": 0.0, "threads": set()}
+    ends: list[float] = []  # TRL step ends
 
     def graft_block(n: int, keep: bool) -> None:
         for _ in range(n):
@@ -218,7 +223,6 @@ def main() -> None:
                 graft_block(args.steps, keep=True)
             state["resume"] = time.perf_counter()
 
-    ends: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         rss1 = rss_mib()
         trl, log = make_trl(model_dir, trl_dataset(graft, total), tmp, Alternate())
@@ -227,7 +231,10 @@ def main() -> None:
             trl.train()
         finally:
             graft.close()
-        optimizer = type(getattr(trl.optimizer, "optimizer", trl.optimizer)).__name__
+        trl_opt = getattr(trl.optimizer, "optimizer", trl.optimizer)
+    optimizer = " / ".join(
+        f"{type(o).__name__} fused={o.defaults.get('fused')}" for o in (graft_opt, trl_opt)
+    )
 
     # Sanity: one generation of 128 completions per TRL optimizer step, and as many graft steps.
     sizes = [len(r) for r in log["rewards"]]
@@ -236,7 +243,7 @@ def main() -> None:
 
     g, t = summary(times["graft"]), summary(times["trl"])
     ratio = g["median_s"] / t["median_s"]
-    med = lambda xs: statistics.median(xs[args.warmup :]) if len(xs) > args.warmup else float("nan")  # noqa: E731
+    med = lambda xs: statistics.median(xs[args.warmup :])  # noqa: E731
     gmed = lambda key: statistics.median(m.get(key, 0.0) for m in graft_metrics)  # noqa: E731
     opt_s = [e - s for e, s in zip(ends, log["training_step_end"])]
     gen_score = log["_generate_and_score_completions"]
@@ -270,7 +277,7 @@ def main() -> None:
         "peak_rss_mib": peak_rss_mib(),
         "rss_delta_graft_init_mib": rss_graft,
         "rss_delta_trl_init_mib": rss_trl,
-        "trl_optimizer": optimizer,
+        "optimizers_graft_trl": optimizer,
         "torch_threads_seen": sorted(state["threads"]),
         "load_avg_start": load_at_start,
         "load_avg_end": os.getloadavg(),
@@ -289,15 +296,15 @@ def main() -> None:
         ("TRL phases (median)", ", ".join(f"{k} {ms(v)}" for k, v in trl_phases.items())),
         ("reward mean graft / TRL", f"{r['graft_reward_mean']:.3f} / {r['trl_reward_mean']:.3f}"),
         (
-            "zero-advantage groups graft / TRL",
+            "zero-advantage groups (= responses) graft / TRL",
             f"{r['graft_zero_adv_group_frac']:.3f} / {r['trl_zero_adv_group_frac']:.3f}",
         ),
-        ("graft skipped token frac", f"{result['graft_skipped_token_frac']:.3f}"),
-        ("peak RSS (process)", f"{result['peak_rss_mib']:.0f} MiB"),
-        ("RSS added by graft / TRL init", f"{rss_graft:.0f} / {rss_trl:.0f} MiB"),
-        ("TRL optimizer", optimizer),
+        ("graft skipped token frac", f"{r['graft_skipped_token_frac']:.3f}"),
+        ("peak RSS (process, both sides)", f"{r['peak_rss_mib']:.0f} MiB"),
+        ("RSS added by graft / TRL setup", f"{rss_graft:.0f} / {rss_trl:.0f} MiB (TRL: + imports)"),
+        ("optimizer graft / TRL", optimizer),
         ("load average (1/5/15 min) at start", " ".join(f"{x:.2f}" for x in load_at_start)),
-        ("load average at end", " ".join(f"{x:.2f}" for x in result["load_avg_end"])),
+        ("load average at end", " ".join(f"{x:.2f}" for x in r["load_avg_end"])),
     ]
     emit("trl_vs_graft", rows, result)
     if args.json_out:
