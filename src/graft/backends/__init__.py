@@ -14,23 +14,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from graft.evaluate import Generator
 from graft.policy import PolicySpec
-from graft.rollout import SamplingParams
 from graft.transfer import Imported, PeerResponse
-from graft.types import Problem, Rollout, TrainGroup
+from graft.types import TrainGroup
 
 
-class Backend(Protocol):
-    names: tuple[str, ...]
-
-    def generate(
-        self,
-        problems: Sequence[Problem],
-        *,
-        n: int,
-        params: SamplingParams,
-        seeds: Mapping[str, int],
-    ) -> dict[str, list[Rollout]]: ...
+class Backend(Generator, Protocol):
+    """A `Generator` (sampling, shared with evaluation) that also imports, trains and saves."""
 
     def import_responses(
         self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
