@@ -26,9 +26,14 @@ def _run(out: Path, *extra: str) -> None:
     assert main(args) == 0
 
 
-def test_zero_advantage_skip_and_length_sort_change_no_result(tmp_path):
+def test_zero_advantage_skip_length_sort_and_prompt_sharing_change_no_result(tmp_path):
     _run(tmp_path / "fast")
-    _run(tmp_path / "plain", "algo.skip_zero_advantage=false", "algo.sort_by_length=false")
+    _run(
+        tmp_path / "plain",
+        "algo.skip_zero_advantage=false",
+        "algo.sort_by_length=false",
+        "algo.share_prompts=false",
+    )
     fast, plain = read_metrics(tmp_path / "fast"), read_metrics(tmp_path / "plain")
     assert len(fast) == len(plain) == 5
     skipped = 0.0

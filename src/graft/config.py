@@ -229,6 +229,10 @@ class AlgoConfig:
     KL); their tokens still count in the loss denominator. Changes no result."""
     sort_by_length: bool = True
     """Form micro-batches from length-sorted responses to cut padding. Changes no result."""
+    share_prompts: bool = True
+    """Run each distinct prompt once per batch, in generation and in every log-prob forward pass,
+    and attach its KV cache to each of its n responses instead of repeating the prompt n times.
+    Changes no result beyond float rounding."""
 
 
 @dataclass(frozen=True)

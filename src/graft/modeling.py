@@ -3,6 +3,11 @@
 Sequences are `prompt_ids + response_ids`, right-padded into one batch. The log-prob of response
 token j is read from the logits at the position before it, divided by the sampling temperature so
 that it is the log-prob of the distribution the tokens were sampled from.
+
+A rollout batch repeats each prompt n times (one row per response). `shared_prompt_logprobs` runs
+each distinct prompt once, repeats its KV cache (differentiably) for every response row and runs the
+responses against it: the same numbers as the plain forward up to float rounding, for a fraction of
+the prompt work.
 """
 
 from __future__ import annotations
@@ -73,6 +78,24 @@ def pack(
     return PackedBatch(input_ids, attention, gather, targets, mask)
 
 
+def distinct_rows(rows: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The distinct rows in first-seen order, and for each input row the index of its copy."""
+    first: dict[tuple[int, ...], int] = {}
+    index = [first.setdefault(tuple(r), len(first)) for r in rows]
+    return list(first), index
+
+
+def right_pad(rows: Sequence[Sequence[int]], *, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids_BL, mask_BL) of right-padded rows (L = the longest row)."""
+    width = max((len(r) for r in rows), default=0)
+    ids_BL = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask_BL = torch.zeros((len(rows), width), dtype=torch.bool)
+    for b, r in enumerate(rows):
+        ids_BL[b, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+        mask_BL[b, : len(r)] = True
+    return ids_BL, mask_BL
+
+
 def selected_logprobs(
     logits_BTV: torch.Tensor, target_ids_BT: torch.Tensor, *, temperature: float = 1.0
 ) -> torch.Tensor:
@@ -100,6 +123,78 @@ def response_logprobs(
     return logp_BT.masked_fill(~batch.response_mask_BT, 0.0)
 
 
+def shared_prompt_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """`response_logprobs(model, pack(prompts, responses))`, running each distinct prompt once.
+
+    The distinct prompts go through the model right-padded, with their KV cache kept; the logits at
+    each prompt's last token give its responses' first log-prob. The cache rows are then indexed
+    out to one per response (gradients flow back through the indexing into the shared prompt
+    computation) and the responses, minus their last token, run against it, their positions
+    continuing after their own prompt and the prompt padding masked out.
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("a sequence has an empty prompt; the first response token needs context")
+    device = next(model.parameters()).device
+    distinct, index = distinct_rows(prompts)
+    prompt_ids_UP, prompt_mask_UP = right_pad(distinct, pad_id=pad_id)
+    out = model(
+        input_ids=prompt_ids_UP.to(device),
+        attention_mask=prompt_mask_UP.long().to(device),
+        use_cache=True,
+    )
+    index_B = torch.tensor(index, dtype=torch.long, device=device)
+    last_U = torch.tensor([len(p) - 1 for p in distinct], dtype=torch.long, device=device)
+    first_logits_BV = out.logits[torch.arange(len(distinct), device=device), last_U][index_B]
+    target_ids_BT, mask_BT = right_pad(responses, pad_id=pad_id)
+    target_ids_BT, mask_BT = target_ids_BT.to(device), mask_BT.to(device)
+    logits = [first_logits_BV.unsqueeze(1)]
+    if target_ids_BT.shape[1] > 1:
+        cache = out.past_key_values
+        cache.batch_select_indices(index_B)
+        feed_mask_BR = mask_BT[:, :-1]
+        attention_BL = torch.cat([prompt_mask_UP.to(device)[index_B], feed_mask_BR], 1).long()
+        start_B1 = (last_U[index_B] + 1).unsqueeze(-1)
+        position_BR = start_B1 + torch.arange(feed_mask_BR.shape[1], device=device)
+        later = model(
+            input_ids=target_ids_BT[:, :-1],
+            attention_mask=attention_BL,
+            position_ids=position_BR,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits.append(later.logits)
+    logp_BT = selected_logprobs(torch.cat(logits, 1), target_ids_BT, temperature=temperature)
+    return logp_BT.masked_fill(~mask_BT, 0.0)
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    share_prompts: bool = True,
+) -> torch.Tensor:
+    """logp_BT of each response token (0 past its end): the shared-prompt forward, or the plain
+    one over `pack`ed rows. Gradients flow when enabled."""
+    if share_prompts:
+        return shared_prompt_logprobs(
+            model, prompts, responses, pad_id=pad_id, temperature=temperature
+        )
+    batch = pack(prompts, responses, pad_id=pad_id)
+    return response_logprobs(model, batch, temperature=temperature)
+
+
 @torch.no_grad()
 def score_sequences(
     model: torch.nn.Module,
@@ -109,14 +204,26 @@ def score_sequences(
     pad_id: int,
     temperature: float = 1.0,
     batch_size: int = 32,
+    share_prompts: bool = True,
 ) -> list[tuple[float, ...]]:
     """Per-token log-probs of each response under the model (no gradient), in input order."""
     out: list[tuple[float, ...]] = [()] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
+    if share_prompts:  # copies of a prompt side by side, so that a batch holds few distinct ones
+        order = sorted(
+            range(len(prompts)), key=lambda i: (len(prompts[i]), prompts[i], len(responses[i]))
+        )
+    else:
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        batch = pack([prompts[i] for i in idx], [responses[i] for i in idx], pad_id=pad_id)
-        logp_BT = response_logprobs(model, batch, temperature=temperature)
+        logp_BT = sequence_logprobs(
+            model,
+            [prompts[i] for i in idx],
+            [responses[i] for i in idx],
+            pad_id=pad_id,
+            temperature=temperature,
+            share_prompts=share_prompts,
+        )
         for row, i in enumerate(idx):
             out[i] = tuple(logp_BT[row, : len(responses[i])].tolist())
     return out

@@ -75,6 +75,7 @@ def update_settings(spec: PolicySpec, minibatches: int | None = None) -> UpdateS
         luffy_gamma=spec.luffy_gamma,
         skip_zero_advantage=a.skip_zero_advantage,
         sort_by_length=a.sort_by_length,
+        share_prompts=a.share_prompts,
     )
 
 
@@ -184,6 +185,7 @@ class Policy:
                 pad_id=self.pad_id,
                 generator=torch.Generator(device=self.device).manual_seed(seed),
                 batch_size=self.spec.rollout.batch_size,
+                share_prompts=self.spec.algo.share_prompts,
             )
         rollouts = []
         for i, (problem, ids) in enumerate(zip(problems, prompt_ids_P)):
@@ -210,6 +212,7 @@ class Policy:
             pad_id=self.pad_id,
             temperature=self.spec.rollout.temperature,
             batch_size=self.spec.algo.micro_batch_size,
+            share_prompts=self.spec.algo.share_prompts,
         )
 
     def import_responses(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from graft.loss import clipped_surrogate, kl_k3, sequence_ratio_surrogate, token_coefficients
-from graft.modeling import pack, response_logprobs
+from graft.modeling import right_pad, sequence_logprobs
 from graft.types import TrainGroup, TrainSequence
 
 
@@ -44,6 +44,8 @@ class UpdateSettings:
     """Skip the forward/backward of responses with exactly zero gradient (see _zero_gradient)."""
     sort_by_length: bool = True
     """Cut micro-batches from length-sorted responses (less padding; same sum)."""
+    share_prompts: bool = True
+    """Run each distinct prompt of a micro-batch once and attach its KV cache to its responses."""
 
 
 def order_groups(
@@ -107,11 +109,21 @@ def _micro_loss(
     pad_id: int,
     ref_model: torch.nn.Module | None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    batch = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], pad_id=pad_id)
-    mask_BT = batch.response_mask_BT
-    logp_BT = response_logprobs(model, batch, temperature=s.temperature)
+    prompts, responses = [q.prompt_ids for q in seqs], [q.response_ids for q in seqs]
+
+    def logprobs(m: torch.nn.Module) -> torch.Tensor:
+        return sequence_logprobs(
+            m,
+            prompts,
+            responses,
+            pad_id=pad_id,
+            temperature=s.temperature,
+            share_prompts=s.share_prompts,
+        )
+
+    logp_BT = logprobs(model)
     dev = logp_BT.device
-    mask_BT = mask_BT.to(dev)
+    mask_BT = right_pad(responses, pad_id=pad_id)[1].to(dev)
     old_BT = torch.zeros(logp_BT.shape, dtype=logp_BT.dtype)
     for b, q in enumerate(seqs):
         old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)
@@ -136,7 +148,7 @@ def _micro_loss(
     kl_BT = torch.zeros_like(loss_BT)
     if ref_model is not None and s.kl_coef > 0:
         with torch.no_grad():
-            ref_BT = response_logprobs(ref_model, batch, temperature=s.temperature)
+            ref_BT = logprobs(ref_model)
         kl_BT = kl_k3(logp_BT, ref_BT)
         loss_BT = loss_BT + s.kl_coef * kl_BT
     coef_BT = coef_B.to(device=dev, dtype=loss_BT.dtype).unsqueeze(-1) * mask_BT

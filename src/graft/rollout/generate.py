@@ -5,6 +5,10 @@ A small loop of our own rather than `model.generate`: it draws from a dedicated 
 log-prob of every sampled token under the distribution it was drawn from, softmax(logits / T).
 With top-p / top-k the recorded log-prob is still that of the untruncated tempered distribution,
 which is what a training forward pass computes; keep top-p = 1 for training rollouts.
+
+A rollout batch holds each prompt n times. With `share_prompts` (the default) each distinct prompt
+is prefilled once and its KV cache row repeated for its n samples, which is most of the prefill
+work saved; the samples are the same as with every row prefilled on its own, up to float rounding.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from graft.modeling import distinct_rows
 from graft.types import FinishReason
 
 
@@ -72,29 +77,42 @@ def sample_batch(
     stop_ids: Sequence[int],
     pad_id: int,
     generator: torch.Generator | None = None,
+    share_prompts: bool = True,
 ) -> list[Sample]:
     """Sample one response per prompt row (left-padded, one forward per new token)."""
     num_rows = len(prompts)
-    max_len = max(len(p) for p in prompts)
-    input_ids_BL = torch.full((num_rows, max_len), pad_id, dtype=torch.long)
-    attention_BL = torch.zeros((num_rows, max_len), dtype=torch.long)
-    for b, p in enumerate(prompts):
-        input_ids_BL[b, max_len - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-        attention_BL[b, max_len - len(p) :] = 1
     device = next(model.parameters()).device
-    input_ids_BL, attention_BL = input_ids_BL.to(device), attention_BL.to(device)
-    position_BL = (attention_BL.cumsum(-1) - 1).clamp(min=0)
+    if share_prompts:
+        distinct, index = distinct_rows(prompts)
+    else:
+        distinct, index = [tuple(p) for p in prompts], list(range(num_rows))
+    max_len = max(len(p) for p in distinct)
+    input_ids_UL = torch.full((len(distinct), max_len), pad_id, dtype=torch.long)
+    attention_UL = torch.zeros((len(distinct), max_len), dtype=torch.long)
+    for u, p in enumerate(distinct):
+        input_ids_UL[u, max_len - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attention_UL[u, max_len - len(p) :] = 1
+    input_ids_UL, attention_UL = input_ids_UL.to(device), attention_UL.to(device)
+    position_UL = (attention_UL.cumsum(-1) - 1).clamp(min=0)
     stop_1S = torch.tensor(list(stop_ids), dtype=torch.long, device=device).unsqueeze(0)
 
     cache = DynamicCache()
     out = model(
-        input_ids=input_ids_BL,
-        attention_mask=attention_BL,
-        position_ids=position_BL,
+        input_ids=input_ids_UL,
+        attention_mask=attention_UL,
+        position_ids=position_UL,
         past_key_values=cache,
         use_cache=True,
+        logits_to_keep=1,
     )
-    next_pos_B1 = position_BL[:, -1:] + 1
+    logits_BV = out.logits[:, -1, :]
+    attention_BL, next_pos_B1 = attention_UL, position_UL[:, -1:] + 1
+    if len(distinct) < num_rows:  # one KV-cache row per sample, copied from its prompt's
+        index_B = torch.tensor(index, dtype=torch.long, device=device)
+        cache.batch_select_indices(index_B)
+        logits_BV, attention_BL, next_pos_B1 = (
+            t[index_B] for t in (logits_BV, attention_BL, next_pos_B1)
+        )
     tokens_BT = torch.full(
         (num_rows, params.max_new_tokens), pad_id, dtype=torch.long, device=device
     )
@@ -104,7 +122,7 @@ def sample_batch(
     stopped_B = torch.zeros(num_rows, dtype=torch.bool, device=device)
     ones_B1 = torch.ones((num_rows, 1), dtype=torch.long, device=device)
     for t in range(params.max_new_tokens):
-        tokens_B, logp_B = _next_tokens(out.logits[:, -1, :], params, generator)
+        tokens_B, logp_B = _next_tokens(logits_BV, params, generator)
         tokens_B = tokens_B.masked_fill(done_B, pad_id)
         tokens_BT[:, t] = tokens_B
         logp_BT[:, t] = logp_B.masked_fill(done_B, 0.0)
@@ -119,9 +137,10 @@ def sample_batch(
             input_ids=tokens_B.unsqueeze(-1),
             attention_mask=attention_BL,
             position_ids=next_pos_B1,
-            past_key_values=out.past_key_values,
+            past_key_values=cache,
             use_cache=True,
         )
+        logits_BV = out.logits[:, -1, :]
         next_pos_B1 = next_pos_B1 + 1
     tokens_BT, logp_BT, lengths_B, stopped_B = (
         t.cpu() for t in (tokens_BT, logp_BT, lengths_B, stopped_B)
@@ -148,6 +167,7 @@ def sample(
     pad_id: int,
     generator: torch.Generator | None = None,
     batch_size: int = 0,
+    share_prompts: bool = True,
 ) -> list[Sample]:
     """`sample_batch` over chunks of at most `batch_size` rows (0: all at once), in order."""
     if not prompts:
@@ -165,6 +185,7 @@ def sample(
                 stop_ids=stop_ids,
                 pad_id=pad_id,
                 generator=generator,
+                share_prompts=share_prompts,
             )
         )
     return out
