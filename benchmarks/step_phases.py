@@ -6,7 +6,10 @@ optimizer, store hand-off), the achieved GFLOP/s of generation and of training, 
 fp32 matmul peak of this machine for scale. FLOPs are counted the usual way: 2 x parameters per
 token processed in generation (prompt once, then each new token with the KV cache) and
 6 x parameters per token trained (forward + backward), over the responses actually computed (a
-response with an advantage of exactly 0 is skipped: its gradient is zero).
+response with an advantage of exactly 0 is skipped: its gradient is zero). "Executed" counts the
+tokens the model really ran: with `algo.share_prompts` (the default) each distinct prompt once per
+step; "nominal" counts every sequence's own copy of its prompt, the work of a trainer that repeats
+the prompt in each of its n rows.
 
     .venv/bin/python benchmarks/step_phases.py [--config configs/grpo_tiny.yaml] [--steps 30]
 """
@@ -40,13 +43,14 @@ def matmul_peak_gflops(size: int = 1024, repeats: int = 20) -> float:
 
 def _count_tokens(trainer: Trainer) -> dict[str, int]:
     """Wrap the backend's generate to count the tokens each step processes."""
-    counts = {"prompt": 0, "response": 0, "sequences": 0}
+    counts = {"prompt": 0, "distinct_prompt": 0, "response": 0, "sequences": 0}
     generate = trainer.backend.generate
 
     def counting(*args, **kwargs):
         rollouts = generate(*args, **kwargs)
         for rs in rollouts.values():
             for r in rs:
+                counts["distinct_prompt"] += len(r.prompt_ids)
                 for c in r.completions_G:
                     counts["prompt"] += len(r.prompt_ids)
                     counts["response"] += c.num_tokens
@@ -73,7 +77,11 @@ def main() -> None:
     params = sum(p.numel() for p in trainer.backend.policies[trainer.names[0]].model.parameters())
     counts = _count_tokens(trainer)
     phases: dict[str, list[float]] = {p: [] for p in (*PHASES, "step")}
-    gen_flops, train_flops, skipped = [], [], []
+    shared = cfg.algo.share_prompts
+    flops: dict[str, list[float]] = {
+        k: [] for k in ("gen", "train", "gen_nominal", "train_nominal")
+    }
+    skipped = []
     try:
         for step in range(args.warmup + args.steps):
             before = dict(counts)
@@ -85,23 +93,33 @@ def main() -> None:
             for p in PHASES:
                 phases[p].append(m.get(f"time/{p}_s", 0.0))
             phases["step"].append(total)
-            prompt = counts["prompt"] - before["prompt"]
+            nominal = counts["prompt"] - before["prompt"]
+            executed = (
+                counts["distinct_prompt" if shared else "prompt"]
+                - before["distinct_prompt" if shared else "prompt"]
+            )
             resp = counts["response"] - before["response"]
             computed = 1.0 - m["train/skipped_frac"]
             skipped.append(m["train/skipped_frac"])
-            gen_flops.append(2 * params * (prompt + resp) / m["time/generate_s"])
-            train_flops.append(6 * params * (prompt + resp) * computed / m["time/fwd_bwd_s"])
+            for suffix, prompt in (("", executed), ("_nominal", nominal)):
+                flops["gen" + suffix].append(2 * params * (prompt + resp) / m["time/generate_s"])
+                flops["train" + suffix].append(
+                    6 * params * (prompt + resp) * computed / m["time/fwd_bwd_s"]
+                )
     finally:
         trainer.close()
     peak = matmul_peak_gflops()
+    gf = lambda key: statistics.median(flops[key]) / 1e9  # noqa: E731
     med = {p: statistics.median(v) for p, v in phases.items()}
     rows = [("config", args.config), ("parameters", f"{params / 1e6:.2f} M")]
     for p in (*PHASES, "step"):
         share = med[p] / med["step"]
         rows.append((f"{p}", f"{med[p] * 1000:7.1f} ms  ({100 * share:4.1f}%)"))
     rows += [
-        ("generation", f"{statistics.median(gen_flops) / 1e9:.1f} GFLOP/s"),
-        ("training fwd+bwd", f"{statistics.median(train_flops) / 1e9:.1f} GFLOP/s"),
+        *(
+            (f"{label}, executed (nominal)", f"{gf(key):.1f} ({gf(key + '_nominal'):.1f}) GFLOP/s")
+            for label, key in (("generation", "gen"), ("training fwd+bwd", "train"))
+        ),
         (f"matmul peak ({torch.get_num_threads()} threads)", f"{peak:.1f} GFLOP/s"),
         ("zero-advantage token fraction (skipped)", f"{statistics.median(skipped):.2f}"),
         ("peak RSS", f"{peak_rss_mib():.0f} MiB"),
@@ -111,8 +129,8 @@ def main() -> None:
         rows,
         {
             "median_s": med,
-            "gen_gflops": statistics.median(gen_flops) / 1e9,
-            "train_gflops": statistics.median(train_flops) / 1e9,
+            **{f"{key}_gflops": gf(key) for key in flops},
+            "share_prompts": shared,
             "matmul_peak_gflops": peak,
             "skipped_frac": statistics.median(skipped),
             "params": params,

@@ -15,14 +15,23 @@ share the machine's noise. TRL phases come from wrapping its methods: backward_s
 minus generation/scoring and compute_loss; clip_optim_s runs from the end of training_step to the
 step's end.
 
+`--workload smollm2`: the same comparison with a real small model, SmolLM2-135M-Instruct (Llama
+architecture, 49k BPE vocabulary; the Q4_1 GGUF that examples/real_pair/fetch_gguf.py places,
+dequantized to float32 and saved once as a Hugging Face folder that both sides load), 8 prompts x 4
+samples x at most 64 new tokens, 2-digit + 1-digit additions in the model's chat format
+("Compute 47+5= Give the final answer as a number at the end."), lr 1e-6; everything else as
+above.
+
     .venv/bin/pip install -e '.[bench]'
     GRAFT_CACHE=.cache/graft HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/trl_vs_graft.py \
-        [--steps 10] [--rounds 3] [--warmup 3] [--json-out FILE] [--set algo.KEY=VALUE ...]
+        [--workload tiny|smollm2] [--steps 10] [--rounds 3] [--warmup 3] [--json-out FILE] \
+        [--set algo.KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -30,6 +39,7 @@ import tempfile
 import time
 import warnings
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +52,8 @@ from graft.tasks import prompt_batch
 from graft.tasks.answer import final_number
 from graft.trainer import Trainer
 
-TEMPLATE = "Q: {prompt} A:"
-PROMPTS, GROUP, MAX_NEW, LR, THREADS = 16, 8, 8, 1e-4, 2
-SPEC = TinySpec(
+THREADS = 2
+TINY_SPEC = TinySpec(
     arch="qwen2",
     tokenizer="bpe",
     hidden=128,
@@ -57,8 +66,51 @@ SPEC = TinySpec(
     pretrain_steps=600,
     lr=1e-3,
     seed=7,
-    prompt_template=TEMPLATE,
+    prompt_template="Q: {prompt} A:",
 )
+SMOL_GGUF = "real_pair/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOL_TEMPLATE = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    "<|im_end|>\n<|im_start|>user\nCompute {prompt} Give the final answer as a number at the end."
+    "<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompts: int
+    group: int
+    max_new: int
+    lr: float
+    template: str
+    skill: str
+
+
+WORKLOADS = {
+    "tiny": Workload("tiny", 16, 8, 8, 1e-4, TINY_SPEC.prompt_template, "add:2,2"),
+    "smollm2": Workload("smollm2", 8, 4, 64, 1e-6, SMOL_TEMPLATE, "add:2,1"),
+}
+
+
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a float32 Hugging Face folder (converted from the GGUF once)."""
+    from graft.config import ModelConfig
+    from graft.models.load import load_model_and_tokenizer
+
+    cache = Path(os.environ.get("GRAFT_CACHE", Path.home() / ".cache" / "graft"))
+    out = cache / "bench" / "smollm2-135m-instruct-q4_1-f32"
+    if (out / "config.json").exists():
+        return out
+    gguf = cache / SMOL_GGUF
+    if not gguf.exists():
+        raise SystemExit(f"{gguf} is missing: run examples/real_pair/fetch_gguf.py first")
+    model, tokenizer = load_model_and_tokenizer(ModelConfig(name="smollm2", path=str(gguf)))
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
 
 
 def rss_mib() -> float:
@@ -67,36 +119,41 @@ def rss_mib() -> float:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
 
 
-def graft_config(model_dir: Path, extra: list[str]) -> Config:
+def graft_config(model_dir: Path, wl: Workload, extra: list[str]) -> Config:
     """graft's side of the workload; the store (TRL writes nothing), eval and logging are off."""
     sets = f"""run.seed=0 run.threads={THREADS} run.backend=inprocess run.tensorboard=false
         run.progress=false models.0.name=qwen2 models.0.path={model_dir} models.0.device=cpu
-        models.0.dtype=float32 models.0.optim.lr={LR} models.0.optim.warmup_steps=0
+        models.0.dtype=float32 models.0.optim.lr={wl.lr} models.0.optim.warmup_steps=0
         models.0.optim.weight_decay=0.01 models.0.optim.grad_clip=1.0
-        rollout.prompts_per_step={PROMPTS} rollout.group_size={GROUP}
-        rollout.max_new_tokens={MAX_NEW} rollout.temperature=1.0 rollout.top_p=1.0 rollout.top_k=0
-        algo.advantage=grpo algo.loss_agg=token-mean algo.clip_low=0.2 algo.clip_high=0.28
-        algo.kl_coef=0.0 algo.minibatches=1 algo.epochs=1 algo.micro_batch_size={PROMPTS * GROUP}
+        rollout.prompts_per_step={wl.prompts} rollout.group_size={wl.group}
+        rollout.max_new_tokens={wl.max_new} rollout.temperature=1.0 rollout.top_p=1.0
+        rollout.top_k=0 rollout.max_prompt_tokens=512 algo.advantage=grpo algo.loss_agg=token-mean
+        algo.clip_low=0.2 algo.clip_high=0.28 algo.kl_coef=0.0 algo.minibatches=1 algo.epochs=1
+        algo.micro_batch_size={wl.prompts * wl.group}
         store.enabled=false eval.every=0""".split()
-    sets += ['task.arithmetic.skills=["add:2,2"]', f"models.0.prompt_template='{TEMPLATE}'"]
-    return load_config(Config, None, sets + extra)
+    sets += [f'task.arithmetic.skills=["{wl.skill}"]']
+    cfg = load_config(Config, None, sets + extra)
+    model = dataclasses.replace(cfg.models[0], prompt_template=wl.template)
+    return dataclasses.replace(cfg, models=(model,))
 
 
-def trl_dataset(trainer: Trainer, num_steps: int) -> Any:
+def trl_dataset(trainer: Trainer, wl: Workload, num_steps: int) -> Any:
     """The prompts of graft steps 0..num_steps-1, in order (TRL reads them unshuffled)."""
     from datasets import Dataset
 
     rows = [
-        {"prompt": TEMPLATE.replace("{prompt}", p.prompt), "answer": p.gold}
+        {"prompt": wl.template.replace("{prompt}", p.prompt), "answer": p.gold}
         for step in range(num_steps)
         for p in prompt_batch(
-            trainer.train_problems, step=step, batch_size=PROMPTS, seed=trainer.cfg.run.seed
+            trainer.train_problems, step=step, batch_size=wl.prompts, seed=trainer.cfg.run.seed
         )
     ]
     return Dataset.from_list(rows)
 
 
-def make_trl(model_dir: Path, dataset: Any, out_dir: str, callback: Any) -> tuple[Any, dict]:
+def make_trl(
+    model_dir: Path, wl: Workload, dataset: Any, out_dir: str, callback: Any
+) -> tuple[Any, dict]:
     """A GRPOTrainer for the workload, with its phases timed into the returned dict."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -106,7 +163,7 @@ def make_trl(model_dir: Path, dataset: Any, out_dir: str, callback: Any) -> tupl
     def reward(completions: list[str], answer: list[str], **_: Any) -> list[float]:
         found = [final_number(c) for c in completions]
         rewards = [float(f is not None and int(f) == int(a)) for f, a in zip(found, answer)]
-        log["rewards"].append(rewards)  # consecutive runs of GROUP share a prompt (RepeatSampler)
+        log["rewards"].append(rewards)  # runs of wl.group share a prompt (RepeatSampler)
         return rewards
 
     def timed(name: str, fn: Any) -> Any:
@@ -121,10 +178,10 @@ def make_trl(model_dir: Path, dataset: Any, out_dir: str, callback: Any) -> tupl
 
     args = GRPOConfig(
         output_dir=out_dir,
-        per_device_train_batch_size=PROMPTS * GROUP,  # completions per device batch
-        gradient_accumulation_steps=1,  # -> generation_batch_size 128, one optimizer step per batch
-        num_generations=GROUP,
-        max_completion_length=MAX_NEW,
+        per_device_train_batch_size=wl.prompts * wl.group,  # completions per device batch
+        gradient_accumulation_steps=1,  # -> one generation batch, one optimizer step per batch
+        num_generations=wl.group,
+        max_completion_length=wl.max_new,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
@@ -133,12 +190,12 @@ def make_trl(model_dir: Path, dataset: Any, out_dir: str, callback: Any) -> tupl
         epsilon_high=0.28,
         beta=0.0,
         num_iterations=1,
-        learning_rate=LR,
+        learning_rate=wl.lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
         weight_decay=0.01,
         max_grad_norm=1.0,
-        max_steps=len(dataset) // PROMPTS,
+        max_steps=len(dataset) // wl.prompts,
         bf16=False,
         fp16=False,
         use_cpu=True,
@@ -174,6 +231,7 @@ def main() -> None:
     from transformers import TrainerCallback
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="tiny")
     parser.add_argument("--steps", type=int, default=10, help="measured steps per side per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3, help="discarded first steps per side")
@@ -183,10 +241,11 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames
     torch.set_num_threads(THREADS)
     load_at_start = os.getloadavg()
-    model_dir = build_tiny(SPEC)
+    wl = WORKLOADS[args.workload]
+    model_dir = build_tiny(TINY_SPEC) if wl.name == "tiny" else smollm2_dir()
     total = args.warmup + args.rounds * args.steps
     rss0 = rss_mib()
-    graft = Trainer(graft_config(model_dir, args.set))
+    graft = Trainer(graft_config(model_dir, wl, args.set))
     rss_graft = rss_mib() - rss0
     graft_opt = graft.backend.policies["qwen2"].optimizer  # in-process backend
     times: dict[str, list[float]] = {"graft": [], "trl": []}
@@ -225,7 +284,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         rss1 = rss_mib()
-        trl, log = make_trl(model_dir, trl_dataset(graft, total), tmp, Alternate())
+        trl, log = make_trl(model_dir, wl, trl_dataset(graft, wl, total), tmp, Alternate())
         rss_trl = rss_mib() - rss1
         try:
             trl.train()
@@ -236,9 +295,9 @@ def main() -> None:
         f"{type(o).__name__} fused={o.defaults.get('fused')}" for o in (graft_opt, trl_opt)
     )
 
-    # Sanity: one generation of 128 completions per TRL optimizer step, and as many graft steps.
+    # Sanity: one generation of a rollout batch per TRL optimizer step, and as many graft steps.
     sizes = [len(r) for r in log["rewards"]]
-    assert len(sizes) == total == state["trl_step"] and set(sizes) == {PROMPTS * GROUP}, sizes
+    assert len(sizes) == total == state["trl_step"] and set(sizes) == {wl.prompts * wl.group}, sizes
     assert len(times["graft"]) == len(times["trl"]) == args.rounds * args.steps
 
     g, t = summary(times["graft"]), summary(times["trl"])
@@ -272,7 +331,9 @@ def main() -> None:
         "graft_zero_adv_group_frac": zero_groups / n_groups,
         "graft_skipped_token_frac": statistics.mean(m["train/skipped_frac"] for m in graft_metrics),
         "trl_zero_adv_group_frac": statistics.mean(
-            len(set(r[i : i + GROUP])) == 1 for r in trl_rewards for i in range(0, len(r), GROUP)
+            len(set(r[i : i + wl.group])) == 1
+            for r in trl_rewards
+            for i in range(0, len(r), wl.group)
         ),
         "peak_rss_mib": peak_rss_mib(),
         "rss_delta_graft_init_mib": rss_graft,
@@ -306,7 +367,7 @@ def main() -> None:
         ("load average (1/5/15 min) at start", " ".join(f"{x:.2f}" for x in load_at_start)),
         ("load average at end", " ".join(f"{x:.2f}" for x in r["load_avg_end"])),
     ]
-    emit("trl_vs_graft", rows, result)
+    emit(f"trl_vs_graft[{wl.name}]", rows, result)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
