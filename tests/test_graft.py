@@ -92,9 +92,10 @@ def test_cross_tokenizer_retokenization_round_trips():
         assert (imp.response_ids[-1] == eos) == req.stopped
         assert imp.prompt_ids == qwen.prompt_ids(PROBLEMS[req.prompt_index].prompt)
         assert len(imp.logprobs) == len(imp.response_ids) and all(lp <= 0 for lp in imp.logprobs)
-        # the receiver's old log-probs are its own forward pass on its own tokens
+        # the receiver's old log-probs are its own forward pass on its own tokens (scored alone
+        # here, in a batch of many prompts there: equal up to float rounding)
         assert list(imp.logprobs) == pytest.approx(
-            list(qwen.score([imp.prompt_ids], [imp.response_ids])[0]), abs=1e-6
+            list(qwen.score([imp.prompt_ids], [imp.response_ids])[0]), abs=1e-5
         )
 
 
