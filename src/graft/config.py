@@ -50,7 +50,8 @@ class RunConfig:
     keep_checkpoints: int = 2
     """How many of the newest checkpoints to keep (older ones are deleted)."""
     threads: int = 0
-    """Torch intra-op threads per policy; 0 divides the machine's cores among the policies."""
+    """Torch intra-op threads per policy; 0: all cores for policies that run one after the other
+    (`inprocess`), the cores divided among the policies when they run in parallel."""
     tensorboard: bool = True
     """Also write TensorBoard event files when the `tensorboard` extra is installed."""
     progress: bool = True

@@ -57,7 +57,9 @@ def policy_specs(cfg: Config) -> list[PolicySpec]:
     import os
 
     cores = os.cpu_count() or 1
-    threads = cfg.run.threads or max(1, cores // len(cfg.models))
+    serial = cfg.run.backend == "inprocess" or (cfg.run.backend == "auto" and len(cfg.models) == 1)
+    # Policies that run one after the other each get every core; parallel ones share them.
+    threads = cfg.run.threads or (cores if serial else max(1, cores // len(cfg.models)))
     return [
         PolicySpec(
             model=m,
