@@ -3,9 +3,10 @@
 Two trainers on the same two-policy config, one with the exchange on (GRAFT) and one with it off
 (each policy plain GRPO on the same prompts), take steps in alternation with the same seeds.
 Reports the ratio of median step times, the exchange's own time (gate, re-tokenization, receiver
-log-probs of peer responses) and how much was transferred: prompts whose group was replaced and
-peer responses admitted, per step. The default config is the demo's complementary pair, where
-transfers happen on most steps in both directions.
+log-probs of peer responses), the update's time and the response tokens it trained (GRAFT trains
+the admitted peer responses where GRPO skips an all-fail group) and how much was transferred:
+prompts whose group was replaced and peer responses admitted, per step. The default config is the
+demo's complementary pair, where transfers happen on most steps in both directions.
 
     .venv/bin/python benchmarks/graft_vs_grpo.py [--config configs/graft_mul.yaml] [--steps 20]
 """
@@ -22,6 +23,15 @@ from graft.config import Config, load_config
 from graft.trainer import Trainer
 
 
+def _computed_tokens(metrics: dict[str, float], names: list[str]) -> float:
+    """Response tokens that went through forward and backward this step, over all policies."""
+    total = 0.0
+    for name in names:
+        tokens = metrics.get(f"m/{name}/train/tokens", 0.0)
+        total += tokens * (1.0 - metrics.get(f"m/{name}/train/skipped_frac", 0.0))
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/graft_mul.yaml")
@@ -34,6 +44,8 @@ def main() -> None:
     if len(graft.names) < 2:
         raise SystemExit("graft_vs_grpo needs a config with two or more models")
     times: dict[str, list[float]] = {"graft": [], "grpo": []}
+    train_s: dict[str, list[float]] = {"graft": [], "grpo": []}
+    computed: dict[str, list[float]] = {"graft": [], "grpo": []}  # response tokens trained
     exchange_s, grafted, admitted, sent = [], [], [], []
     prompts = graft.plan.prompts_per_step
     try:
@@ -44,6 +56,8 @@ def main() -> None:
                 if step < args.warmup:
                     continue
                 times[label].append(time.perf_counter() - start)
+                train_s[label].append(m["time/train_s"])
+                computed[label].append(_computed_tokens(m, graft.names))
                 if label == "graft":
                     exchange_s.append(m["time/exchange_s"])
                     grafted.append(sum(v for k, v in m.items() if k.endswith("/prompts_grafted")))
@@ -59,6 +73,10 @@ def main() -> None:
         grpo.close()
     g, p = summary(times["graft"]), summary(times["grpo"])
     ratio = g["median_s"] / p["median_s"]
+    med = {
+        k: statistics.median(v) for k, v in (("graft", train_s["graft"]), ("grpo", train_s["grpo"]))
+    }
+    tokens = {k: statistics.fmean(v) for k, v in computed.items()}
     with_transfer = sum(1 for x in grafted if x > 0) / len(grafted)
     policies = len(graft.names)
     rows = [
@@ -68,6 +86,15 @@ def main() -> None:
         ("median step, GRAFT", f"{g['median_s'] * 1000:.0f} ms"),
         ("ratio GRAFT / GRPO", f"{ratio:.3f}"),
         ("median exchange time", f"{statistics.median(exchange_s) * 1000:.1f} ms"),
+        (
+            "median update time, GRPO / GRAFT",
+            f"{med['grpo'] * 1000:.0f} / {med['graft'] * 1000:.0f} ms",
+        ),
+        (
+            "response tokens trained per step, GRPO / GRAFT",
+            f"{tokens['grpo']:.0f} / {tokens['graft']:.0f} "
+            f"(+{100 * (tokens['graft'] / max(tokens['grpo'], 1) - 1):.0f}%)",
+        ),
         ("steps with a transfer", f"{100 * with_transfer:.0f}%"),
         (
             "groups replaced per step",
@@ -89,6 +116,8 @@ def main() -> None:
             "graft": g,
             "grpo": p,
             "exchange_s_median": statistics.median(exchange_s),
+            "train_s_median": med,
+            "tokens_trained_per_step": tokens,
             "steps_with_transfer": with_transfer,
             "groups_replaced_per_step": statistics.fmean(grafted),
             "admitted_per_step": statistics.fmean(admitted),
