@@ -48,34 +48,24 @@ class PackedBatch:
         )
 
 
+def _check_rows(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> None:
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("a sequence has an empty prompt; the first response token needs context")
+
+
 def pack(
     prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *, pad_id: int
 ) -> PackedBatch:
     """Right-pad prompt+response rows; index the response positions."""
-    if len(prompts) != len(responses):
-        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
-    max_len = max(lengths)
-    max_resp = max(len(r) for r in responses)
-    num_rows = len(prompts)
-    input_ids = torch.full((num_rows, max_len), pad_id, dtype=torch.long)
-    attention = torch.zeros((num_rows, max_len), dtype=torch.long)
-    gather = torch.zeros((num_rows, max_resp), dtype=torch.long)
-    targets = torch.full((num_rows, max_resp), pad_id, dtype=torch.long)
-    mask = torch.zeros((num_rows, max_resp), dtype=torch.bool)
-    for b, (p, r) in enumerate(zip(prompts, responses)):
-        if not p:
-            raise ValueError(
-                "a sequence has an empty prompt; the first response token needs context"
-            )
-        row = list(p) + list(r)
-        input_ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attention[b, : len(row)] = 1
-        n = len(r)
-        gather[b, :n] = torch.arange(len(p) - 1, len(p) - 1 + n)
-        targets[b, :n] = torch.tensor(list(r), dtype=torch.long)
-        mask[b, :n] = True
-    return PackedBatch(input_ids, attention, gather, targets, mask)
+    _check_rows(prompts, responses)
+    rows = [list(p) + list(r) for p, r in zip(prompts, responses)]
+    input_ids_BL, attention_BL = right_pad(rows, pad_id=pad_id)
+    target_ids_BT, mask_BT = right_pad(responses, pad_id=pad_id)
+    start_B1 = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.long).unsqueeze(-1)
+    gather_BT = (start_B1 + torch.arange(target_ids_BT.shape[1])) * mask_BT
+    return PackedBatch(input_ids_BL, attention_BL.long(), gather_BT, target_ids_BT, mask_BT)
 
 
 def distinct_rows(rows: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
@@ -139,10 +129,7 @@ def shared_prompt_logprobs(
     computation) and the responses, minus their last token, run against it, their positions
     continuing after their own prompt and the prompt padding masked out.
     """
-    if len(prompts) != len(responses):
-        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("a sequence has an empty prompt; the first response token needs context")
+    _check_rows(prompts, responses)
     device = next(model.parameters()).device
     distinct, index = distinct_rows(prompts)
     prompt_ids_UP, prompt_mask_UP = right_pad(distinct, pad_id=pad_id)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from graft.backends import Backend, make_backend
+from graft.backends import Backend, make_backend, resolve_backend
 from graft.config import Config, ConfigError, Plan, make_plan
 from graft.evaluate import evaluate_once
 from graft.groups import group_metrics, make_groups
@@ -57,8 +57,8 @@ def policy_specs(cfg: Config) -> list[PolicySpec]:
     import os
 
     cores = os.cpu_count() or 1
-    serial = cfg.run.backend == "inprocess" or (cfg.run.backend == "auto" and len(cfg.models) == 1)
     # Policies that run one after the other each get every core; parallel ones share them.
+    serial = resolve_backend(cfg.run.backend, len(cfg.models)) == "inprocess"
     threads = cfg.run.threads or (cores if serial else max(1, cores // len(cfg.models)))
     return [
         PolicySpec(

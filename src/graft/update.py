@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from graft.loss import clipped_surrogate, kl_k3, sequence_ratio_surrogate, token_coefficients
-from graft.modeling import right_pad, sequence_logprobs
+from graft.modeling import sequence_logprobs
 from graft.types import TrainGroup, TrainSequence
 
 
@@ -123,7 +123,8 @@ def _micro_loss(
 
     logp_BT = logprobs(model)
     dev = logp_BT.device
-    mask_BT = right_pad(responses, pad_id=pad_id)[1].to(dev)
+    lengths_B1 = torch.tensor([q.num_tokens for q in seqs], device=dev).unsqueeze(-1)
+    mask_BT = torch.arange(logp_BT.shape[1], device=dev) < lengths_B1
     old_BT = torch.zeros(logp_BT.shape, dtype=logp_BT.dtype)
     for b, q in enumerate(seqs):
         old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)

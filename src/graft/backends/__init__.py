@@ -43,11 +43,17 @@ class Backend(Generator, Protocol):
 BACKENDS = ("inprocess", "processes", "ray")
 
 
+def resolve_backend(kind: str, num_policies: int) -> str:
+    """`auto`: parallel worker processes for several policies, in-process for one."""
+    if kind == "auto":
+        return "processes" if num_policies > 1 else "inprocess"
+    return kind
+
+
 def make_backend(
     specs: Sequence[PolicySpec], kind: str = "auto", *, ray_strategy: str = "none"
 ) -> Backend:
-    if kind == "auto":
-        kind = "processes" if len(specs) > 1 else "inprocess"
+    kind = resolve_backend(kind, len(specs))
     if kind == "inprocess":
         from graft.backends.inprocess import InProcessBackend
 
