@@ -1,12 +1,16 @@
 """Question: what does the exchange cost? A GRAFT step vs a GRPO step of the same two models.
 
 Two trainers on the same two-policy config, one with the exchange on (GRAFT) and one with it off
-(each policy plain GRPO on the same prompts), take steps in alternation with the same seeds.
-Reports the ratio of median step times, the exchange's own time (gate, re-tokenization, receiver
-log-probs of peer responses), the update's time and the response tokens it trained (GRAFT trains
-the admitted peer responses where GRPO skips an all-fail group) and how much was transferred:
-prompts whose group was replaced and peer responses admitted, per step. The default config is the
-demo's complementary pair, where transfers happen on most steps in both directions.
+(each policy plain GRPO on the same prompts). The steps are paired: before each step the GRPO
+trainer loads the GRAFT trainer's weights and optimizer state, and both take that step with the
+same seeds, in alternating order. So both generate exactly the same rollouts (checked: equal
+rewards and response lengths), and the two step times differ only by what GRAFT adds: the
+exchange (gate, re-tokenization, receiver log-probs of peer responses) and the update training the
+admitted peer responses where GRPO skips an all-fail group. The run follows the GRAFT trainer, so
+transfers happen at GRAFT's own rate. Reports the ratio of median step times over all steps and
+over the steps with a transfer, the exchange's time, the update's time and the response tokens it
+trained, and how much was transferred. The default config is the demo's complementary pair, where
+transfers happen on most steps in both directions.
 
     .venv/bin/python benchmarks/graft_vs_grpo.py [--config configs/graft_mul.yaml] [--steps 20]
 """
@@ -15,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from common import emit, peak_rss_mib, process_peak_rss_mib, summary
 
@@ -30,6 +36,14 @@ def _computed_tokens(metrics: dict[str, float], names: list[str]) -> float:
         tokens = metrics.get(f"m/{name}/train/tokens", 0.0)
         total += tokens * (1.0 - metrics.get(f"m/{name}/train/skipped_frac", 0.0))
     return total
+
+
+def _check_same_rollouts(graft: dict[str, float], grpo: dict[str, float], step: int) -> None:
+    """Paired steps must sample the same rollouts; anything else would confound the timing."""
+    keys = [k for k in graft if k.endswith(("/reward/mean", "/response/mean_tokens"))]
+    differ = [k for k in keys if graft[k] != grpo.get(k)]
+    if not keys or differ:
+        raise SystemExit(f"step {step}: GRAFT and GRPO rollouts differ ({differ or 'no metrics'})")
 
 
 def main() -> None:
@@ -49,20 +63,28 @@ def main() -> None:
     exchange_s, grafted, admitted, sent = [], [], [], []
     prompts = graft.plan.prompts_per_step
     try:
-        for step in range(args.warmup + args.steps):
-            for label, trainer in (("graft", graft), ("grpo", grpo)):
-                start = time.perf_counter()
-                m = trainer.step(step)
+        with tempfile.TemporaryDirectory() as tmp:
+            for step in range(args.warmup + args.steps):
+                state = Path(tmp) / f"step{step}"
+                graft.backend.save(state)
+                grpo.backend.load(state)  # GRPO takes this step from GRAFT's state
+                order = (("graft", graft), ("grpo", grpo))
+                results = {}
+                for label, trainer in order if step % 2 == 0 else order[::-1]:
+                    start = time.perf_counter()
+                    results[label] = (trainer.step(step), time.perf_counter() - start)
+                _check_same_rollouts(results["graft"][0], results["grpo"][0], step)
                 if step < args.warmup:
                     continue
-                times[label].append(time.perf_counter() - start)
-                train_s[label].append(m["time/train_s"])
-                computed[label].append(_computed_tokens(m, graft.names))
-                if label == "graft":
-                    exchange_s.append(m["time/exchange_s"])
-                    grafted.append(sum(v for k, v in m.items() if k.endswith("/prompts_grafted")))
-                    admitted.append(sum(v for k, v in m.items() if k.endswith("/admitted")))
-                    sent.append(sum(v for k, v in m.items() if k.endswith("/responses_sent")))
+                for label, (m, seconds) in results.items():
+                    times[label].append(seconds)
+                    train_s[label].append(m["time/train_s"])
+                    computed[label].append(_computed_tokens(m, graft.names))
+                m = results["graft"][0]
+                exchange_s.append(m["time/exchange_s"])
+                grafted.append(sum(v for k, v in m.items() if k.endswith("/prompts_grafted")))
+                admitted.append(sum(v for k, v in m.items() if k.endswith("/admitted")))
+                sent.append(sum(v for k, v in m.items() if k.endswith("/responses_sent")))
         rss = {
             f"{label} worker {n}": process_peak_rss_mib(int(info["pid"]))
             for label, t in (("graft", graft), ("grpo", grpo))
@@ -77,7 +99,15 @@ def main() -> None:
         k: statistics.median(v) for k, v in (("graft", train_s["graft"]), ("grpo", train_s["grpo"]))
     }
     tokens = {k: statistics.fmean(v) for k, v in computed.items()}
-    with_transfer = sum(1 for x in grafted if x > 0) / len(grafted)
+    moved = [i for i, x in enumerate(grafted) if x > 0]
+    with_transfer = len(moved) / len(grafted)
+    ratio_moved = (
+        statistics.median(times["graft"][i] for i in moved)
+        / statistics.median(times["grpo"][i] for i in moved)
+        if moved
+        else float("nan")
+    )
+    extra_update = statistics.median(a - b for a, b in zip(train_s["graft"], train_s["grpo"]))
     policies = len(graft.names)
     rows = [
         ("config", args.config),
@@ -85,7 +115,9 @@ def main() -> None:
         ("median step, GRPO (exchange off)", f"{p['median_s'] * 1000:.0f} ms"),
         ("median step, GRAFT", f"{g['median_s'] * 1000:.0f} ms"),
         ("ratio GRAFT / GRPO", f"{ratio:.3f}"),
+        (f"ratio on the {len(moved)} steps with a transfer", f"{ratio_moved:.3f}"),
         ("median exchange time", f"{statistics.median(exchange_s) * 1000:.1f} ms"),
+        ("median extra update time, paired", f"{extra_update * 1000:.1f} ms"),
         (
             "median update time, GRPO / GRAFT",
             f"{med['grpo'] * 1000:.0f} / {med['graft'] * 1000:.0f} ms",
@@ -113,6 +145,8 @@ def main() -> None:
         rows,
         {
             "ratio": ratio,
+            "ratio_steps_with_transfer": ratio_moved,
+            "extra_update_s_median": extra_update,
             "graft": g,
             "grpo": p,
             "exchange_s_median": statistics.median(exchange_s),
