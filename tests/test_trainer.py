@@ -162,11 +162,14 @@ def test_a_run_writes_config_metrics_checkpoint_and_summary(tmp_path, tiny_paths
         "grad_norm",
         "time/generate_s",
         "time/verify_s",
+        "time/verify_busy_s",
         "time/train_s",
         "tokens_per_s",
         "verdict/correct",
         "verdict/timeout",
     ):
         assert key in records[1], key
+    # one policy: nothing samples while its rollouts are verified, so all of it is left over
+    assert records[1]["time/verify_busy_s"] == pytest.approx(records[1]["time/verify_s"], abs=2e-3)
     assert "eval/test/avg@1" in records[0] and "eval/test/avg@1" in records[2]
     assert (run_dir / "checkpoints" / "step_000002" / "policy" / "model.safetensors").is_file()

@@ -43,7 +43,7 @@ from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import resolve_verifier
-from graft.types import Group
+from graft.types import Group, Rollout
 
 
 @dataclass(frozen=True)
@@ -129,21 +129,21 @@ class Trainer:
         problems = prompt_batch(
             self.train_problems, step=step, batch_size=self.plan.prompts_per_step, seed=cfg.run.seed
         )
+        spans: list[tuple[float, float]] = []  # (start, end) of verifying each policy's rollouts
+
+        def verified(name: str, rollouts: list[Rollout]) -> list[Group]:
+            # runs on each policy's rollouts as they arrive, while the others still sample
+            start = time.perf_counter()
+            verdicts = verify_rollouts(self.pool, self.verifier, rollouts)
+            groups = make_groups(rollouts, verdicts, mode=cfg.algo.advantage, eps=cfg.algo.adv_eps)
+            spans.append((start, time.perf_counter()))
+            return groups
+
         t0 = time.perf_counter()
-        rollouts = self.backend.generate(
-            problems, n=n, params=self.sampling, seeds=self._seeds(step, "rollout")
+        groups: dict[str, list[Group]] = self.backend.generate(
+            problems, n=n, params=self.sampling, seeds=self._seeds(step, "rollout"), then=verified
         )
-        t1 = time.perf_counter()
-        groups = {
-            name: make_groups(
-                rs,
-                verify_rollouts(self.pool, self.verifier, rs),
-                mode=cfg.algo.advantage,
-                eps=cfg.algo.adv_eps,
-            )
-            for name, rs in rollouts.items()
-        }
-        t2 = time.perf_counter()
+        t1, t2 = max(a for a, _ in spans), time.perf_counter()  # t1: the last rollouts are in
         outcome = self.exchange(step, groups)
         t3 = time.perf_counter()
         stats = self.backend.train(outcome.batches, seeds=self._seeds(step, "update"))
@@ -152,6 +152,7 @@ class Trainer:
             self.recorder.record(step, groups, outcome.replaced)
         metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
         metrics.update(outcome.metrics)
+        metrics["time/verify_busy_s"] = sum(b - a for a, b in spans)
         metrics["time/store_s"] = time.perf_counter() - t4
         return metrics
 

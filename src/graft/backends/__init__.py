@@ -12,16 +12,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from graft.backends.remote import Then
 from graft.evaluate import Generator
 from graft.policy import PolicySpec
+from graft.rollout import SamplingParams
 from graft.transfer import Imported, PeerResponse
-from graft.types import TrainGroup
+from graft.types import Problem, TrainGroup
 
 
 class Backend(Generator, Protocol):
     """A `Generator` (sampling, shared with evaluation) that also imports, trains and saves."""
+
+    def generate(
+        self,
+        problems: Sequence[Problem],
+        *,
+        n: int,
+        params: SamplingParams,
+        seeds: Mapping[str, int],
+        then: Then | None = None,
+    ) -> dict[str, Any]:
+        """Each policy's rollouts; with `then`, `then(name, rollouts)` run in the driver on each
+        policy's rollouts as soon as they are there, while the other policies still sample."""
+        ...
 
     def import_responses(
         self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from graft.backends.remote import Then
 from graft.policy import Policy, PolicySpec
 from graft.rollout import SamplingParams
 from graft.transfer import Imported, PeerResponse
@@ -23,11 +25,13 @@ class InProcessBackend:
         n: int,
         params: SamplingParams,
         seeds: Mapping[str, int],
-    ) -> dict[str, list[Rollout]]:
-        return {
-            name: p.generate(problems, n=n, params=params, seed=seeds[name])
-            for name, p in self.policies.items()
-        }
+        then: Then | None = None,
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, p in self.policies.items():
+            rollouts: list[Rollout] = p.generate(problems, n=n, params=params, seed=seeds[name])
+            out[name] = rollouts if then is None else then(name, rollouts)
+        return out
 
     def import_responses(
         self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str

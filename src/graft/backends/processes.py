@@ -14,10 +14,10 @@ import pickle
 import signal
 import traceback
 from collections.abc import Mapping, Sequence
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from graft.backends.remote import RemoteBackend
+from graft.backends.remote import Answers, RemoteBackend, Then
 from graft.policy import Policy, PolicySpec
 from graft.procutil import die_with_parent
 
@@ -83,37 +83,39 @@ class ProcessBackend(RemoteBackend):
             self.close()
             raise
 
-    def _gather(self, names: Sequence[str]) -> dict[str, Any]:
-        """Receive one answer from each named worker; raise the first error after all answered."""
-        results: dict[str, Any] = {}
-        errors: list[BaseException] = []
-        for name in names:
-            try:
-                status, value = self._conns[name].recv()
-            except (EOFError, OSError):
-                proc = self._procs[name]
-                proc.join(timeout=5)
-                errors.append(
-                    PolicyWorkerError(
-                        f"policy {name!r}: its worker process died (exit code {proc.exitcode})"
+    def _gather(self, names: Sequence[str], then: Then | None = None) -> dict[str, Any]:
+        """Receive one answer from each named worker, in arrival order (see `Answers`)."""
+        answers = Answers(then)
+        pending = {self._conns[name]: name for name in names}
+        while pending:
+            for conn in wait(list(pending)):
+                name = pending.pop(conn)  # type: ignore[call-overload]
+                try:
+                    status, value = conn.recv()  # type: ignore[union-attr]
+                except (EOFError, OSError):
+                    proc = self._procs[name]
+                    proc.join(timeout=5)
+                    answers.error(
+                        PolicyWorkerError(
+                            f"policy {name!r}: its worker process died (exit code {proc.exitcode})"
+                        )
                     )
-                )
-                continue
-            if status == "ok":
-                results[name] = value
-            else:
-                errors.append(value)
-        if errors:
-            raise errors[0]
-        return results
+                    continue
+                if status == "ok":
+                    answers.ok(name, value)
+                else:
+                    answers.error(value)
+        return answers.result(names)
 
-    def _call(self, calls: Mapping[str, tuple[str, tuple, dict]]) -> dict[str, Any]:
+    def _call(
+        self, calls: Mapping[str, tuple[str, tuple, dict]], then: Then | None = None
+    ) -> dict[str, Any]:
         for name, (method, args, kwargs) in calls.items():
             try:
                 self._conns[name].send((method, args, kwargs))
             except (BrokenPipeError, OSError) as exc:
                 raise PolicyWorkerError(f"policy {name!r}: its worker process is gone") from exc
-        return self._gather(list(calls))
+        return self._gather(list(calls), then)
 
     def close(self) -> None:
         for conn in self._conns.values():

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graft.backends.processes import PolicyWorkerError
-from graft.backends.remote import RemoteBackend
+from graft.backends.remote import Answers, RemoteBackend, Then
 from graft.policy import Policy, PolicySpec
 
 
@@ -76,32 +76,40 @@ class RayBackend(RemoteBackend):
             "num_gpus": spec.model.num_gpus,
         }
 
-    def _call(self, calls: Mapping[str, tuple[str, tuple, dict]]) -> dict[str, Any]:
-        """Start every call before waiting on any, so the actors work in parallel."""
-        refs = {}
+    def _call(
+        self, calls: Mapping[str, tuple[str, tuple, dict]], then: Then | None = None
+    ) -> dict[str, Any]:
+        """Start every call before waiting on any, so the actors work in parallel; take the
+        answers in arrival order (see `Answers`)."""
+        names = {}
         for name, (method, args, kwargs) in calls.items():
             actor = self.actors[name]
-            refs[name] = (
+            ref = (
                 actor.pid.remote()
                 if method == "__pid__"
                 else actor.call.remote(method, args, kwargs)
             )
-        results, errors = {}, []
-        for name, ref in refs.items():
-            try:
-                results[name] = self.ray.get(ref)
-            except self.ray.exceptions.RayActorError as exc:
-                errors.append(
-                    PolicyWorkerError(
-                        f"policy {name!r}: its Ray actor died ({type(exc).__name__}); resume "
-                        f"from the last checkpoint with `graft train --resume RUN_DIR`"
+            names[ref] = name
+        answers, pending = Answers(then), list(names)
+        while pending:
+            ready, pending = self.ray.wait(pending, num_returns=1)
+            for ref in ready:
+                name = names[ref]
+                try:
+                    value = self.ray.get(ref)
+                except self.ray.exceptions.RayActorError as exc:
+                    answers.error(
+                        PolicyWorkerError(
+                            f"policy {name!r}: its Ray actor died ({type(exc).__name__}); resume "
+                            f"from the last checkpoint with `graft train --resume RUN_DIR`"
+                        )
                     )
-                )
-            except self.ray.exceptions.RayTaskError as exc:
-                errors.append(exc.as_instanceof_cause())
-        if errors:
-            raise errors[0]
-        return results
+                    continue
+                except self.ray.exceptions.RayTaskError as exc:
+                    answers.error(exc.as_instanceof_cause())
+                    continue
+                answers.ok(name, value)
+        return answers.result(list(calls))
 
     def close(self) -> None:
         for actor in self.actors.values():

@@ -1,25 +1,62 @@
 """The backend methods shared by every backend whose policies live elsewhere (worker processes,
 Ray actors): each call becomes `(method, args, kwargs)` per policy, sent to all of them before any
-answer is awaited, so that the policies work in parallel."""
+answer is awaited, so that the policies work in parallel. Answers are taken in the order they
+arrive, so the driver can start on one policy's answer (`then`) while the others still work."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from graft.rollout import SamplingParams
 from graft.transfer import Imported, PeerResponse
-from graft.types import Problem, Rollout, TrainGroup
+from graft.types import Problem, TrainGroup
 
 Calls = Mapping[str, tuple[str, tuple, dict]]
+Then = Callable[[str, Any], Any]
+
+
+class Answers:
+    """The answers of several policies, in whatever order they arrive.
+
+    `then(name, answer)` runs in the driver on each answer as it arrives (while the other policies
+    still work), and its result is kept instead. Once one policy failed, `then` is no longer run.
+    Every policy must have answered before `result` raises the first error, so that no answer is
+    left unread on its channel.
+    """
+
+    def __init__(self, then: Then | None = None) -> None:
+        self.then = then
+        self.values: dict[str, Any] = {}
+        self.errors: list[BaseException] = []
+
+    def ok(self, name: str, value: Any) -> None:
+        if self.errors:
+            return
+        if self.then is not None:
+            try:
+                value = self.then(name, value)
+            except BaseException as exc:  # raised once every policy has answered
+                self.errors.append(exc)
+                return
+        self.values[name] = value
+
+    def error(self, exc: BaseException) -> None:
+        self.errors.append(exc)
+
+    def result(self, names: Sequence[str]) -> dict[str, Any]:
+        if self.errors:
+            raise self.errors[0]
+        return {name: self.values[name] for name in names}
 
 
 class RemoteBackend:
     names: tuple[str, ...]
 
-    def _call(self, calls: Calls) -> dict[str, Any]:
-        """Run `getattr(policy, method)(*args, **kwargs)` for each named policy, in parallel."""
+    def _call(self, calls: Calls, then: Then | None = None) -> dict[str, Any]:
+        """Run `getattr(policy, method)(*args, **kwargs)` for each named policy, in parallel, and
+        `then(name, answer)` in the driver on each answer as soon as it arrives."""
         raise NotImplementedError
 
     def generate(
@@ -29,15 +66,14 @@ class RemoteBackend:
         n: int,
         params: SamplingParams,
         seeds: Mapping[str, int],
-    ) -> dict[str, list[Rollout]]:
+        then: Then | None = None,
+    ) -> dict[str, Any]:
         problems = list(problems)
         kwargs = {"n": n, "params": params}
-        return self._call(
-            {
-                name: ("generate", (problems,), {**kwargs, "seed": seeds[name]})
-                for name in self.names
-            }
-        )
+        calls = {
+            name: ("generate", (problems,), {**kwargs, "seed": seeds[name]}) for name in self.names
+        }
+        return self._call(calls, then)
 
     def import_responses(
         self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
