@@ -64,8 +64,8 @@ def main() -> None:
     prompts = graft.plan.prompts_per_step
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            state = Path(tmp)
             for step in range(args.warmup + args.steps):
-                state = Path(tmp) / f"step{step}"
                 graft.backend.save(state)
                 grpo.backend.load(state)  # GRPO takes this step from GRAFT's state
                 order = (("graft", graft), ("grpo", grpo))
@@ -95,9 +95,7 @@ def main() -> None:
         grpo.close()
     g, p = summary(times["graft"]), summary(times["grpo"])
     ratio = g["median_s"] / p["median_s"]
-    med = {
-        k: statistics.median(v) for k, v in (("graft", train_s["graft"]), ("grpo", train_s["grpo"]))
-    }
+    med = {k: statistics.median(v) for k, v in train_s.items()}
     tokens = {k: statistics.fmean(v) for k, v in computed.items()}
     moved = [i for i, x in enumerate(grafted) if x > 0]
     with_transfer = len(moved) / len(grafted)

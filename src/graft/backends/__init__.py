@@ -10,16 +10,18 @@ The trainer loop talks only to this interface and passes only plain records (`gr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from graft.backends.remote import Then
 from graft.evaluate import Generator
 from graft.policy import PolicySpec
 from graft.rollout import SamplingParams
 from graft.transfer import Imported, PeerResponse
 from graft.types import Problem, TrainGroup
+
+Then = Callable[[str, Any], Any]
+"""`then(name, answer)`: run in the driver on one policy's answer as soon as it is there."""
 
 
 class Backend(Generator, Protocol):

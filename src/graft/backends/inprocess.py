@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graft.backends.remote import Then
+from graft.backends import Then
 from graft.policy import Policy, PolicySpec
 from graft.rollout import SamplingParams
 from graft.transfer import Imported, PeerResponse

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from graft.backends.remote import Answers, RemoteBackend, Then
+from graft.backends import Then
+from graft.backends.remote import Answers, RemoteBackend
 from graft.policy import Policy, PolicySpec
 from graft.procutil import die_with_parent
 
@@ -89,9 +90,9 @@ class ProcessBackend(RemoteBackend):
         pending = {self._conns[name]: name for name in names}
         while pending:
             for conn in wait(list(pending)):
-                name = pending.pop(conn)  # type: ignore[call-overload]
+                name = pending.pop(conn)
                 try:
-                    status, value = conn.recv()  # type: ignore[union-attr]
+                    status, value = conn.recv()
                 except (EOFError, OSError):
                     proc = self._procs[name]
                     proc.join(timeout=5)

@@ -14,8 +14,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from graft.backends import Then
 from graft.backends.processes import PolicyWorkerError
-from graft.backends.remote import Answers, RemoteBackend, Then
+from graft.backends.remote import Answers, RemoteBackend
 from graft.policy import Policy, PolicySpec
 
 

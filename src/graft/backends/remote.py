@@ -5,16 +5,16 @@ arrive, so the driver can start on one policy's answer (`then`) while the others
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graft.backends import Then
 from graft.rollout import SamplingParams
 from graft.transfer import Imported, PeerResponse
 from graft.types import Problem, TrainGroup
 
 Calls = Mapping[str, tuple[str, tuple, dict]]
-Then = Callable[[str, Any], Any]
 
 
 class Answers:
