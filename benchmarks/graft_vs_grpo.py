@@ -34,7 +34,8 @@ def _computed_tokens(metrics: dict[str, float], names: list[str]) -> float:
     total = 0.0
     for name in names:
         tokens = metrics.get(f"m/{name}/train/tokens", 0.0)
-        total += tokens * (1.0 - metrics.get(f"m/{name}/train/skipped_frac", 0.0))
+        ran = 1.0 - metrics.get(f"m/{name}/train/skipped_frac", 0.0)
+        total += tokens * (ran - metrics.get(f"m/{name}/train/duplicate_frac", 0.0))
     return total
 
 
@@ -44,6 +45,15 @@ def _check_same_rollouts(graft: dict[str, float], grpo: dict[str, float], step: 
     differ = [k for k in keys if graft[k] != grpo.get(k)]
     if not keys or differ:
         raise SystemExit(f"step {step}: GRAFT and GRPO rollouts differ ({differ or 'no metrics'})")
+
+
+PHASES = ("generate_s", "verify_s", "exchange_s", "train_s", "rest_s")
+
+
+def _phase(result: tuple[dict[str, float], float], key: str) -> float:
+    """One phase of a timed step; `rest_s` is the wall time outside the trainer's phases."""
+    metrics, wall = result
+    return wall - metrics["time/step_s"] if key == "rest_s" else metrics[f"time/{key}"]
 
 
 def main() -> None:
@@ -61,6 +71,7 @@ def main() -> None:
     train_s: dict[str, list[float]] = {"graft": [], "grpo": []}
     computed: dict[str, list[float]] = {"graft": [], "grpo": []}  # response tokens trained
     exchange_s, grafted, admitted, sent = [], [], [], []
+    phase_diff: dict[str, list[float]] = {k: [] for k in PHASES}  # paired GRAFT - GRPO
     prompts = graft.plan.prompts_per_step
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -80,6 +91,8 @@ def main() -> None:
                     times[label].append(seconds)
                     train_s[label].append(m["time/train_s"])
                     computed[label].append(_computed_tokens(m, graft.names))
+                for key, diffs in phase_diff.items():
+                    diffs.append(_phase(results["graft"], key) - _phase(results["grpo"], key))
                 m = results["graft"][0]
                 exchange_s.append(m["time/exchange_s"])
                 grafted.append(sum(v for k, v in m.items() if k.endswith("/prompts_grafted")))
@@ -135,6 +148,11 @@ def main() -> None:
             "peer responses admitted / sent per step",
             f"{statistics.fmean(admitted):.1f} / {statistics.fmean(sent):.1f}",
         ),
+        (
+            "paired GRAFT - GRPO per phase (median)",
+            ", ".join(f"{k[:-2]} {statistics.median(v) * 1000:+.1f}" for k, v in phase_diff.items())
+            + " ms",
+        ),
         ("peak RSS, driver", f"{peak_rss_mib():.0f} MiB"),
         *((f"peak RSS, {k}", f"{v:.0f} MiB") for k, v in rss.items()),
     ]
@@ -149,6 +167,7 @@ def main() -> None:
             "grpo": p,
             "exchange_s_median": statistics.median(exchange_s),
             "train_s_median": med,
+            "phase_diff_s_median": {k: statistics.median(v) for k, v in phase_diff.items()},
             "tokens_trained_per_step": tokens,
             "steps_with_transfer": with_transfer,
             "groups_replaced_per_step": statistics.fmean(grafted),

@@ -26,25 +26,29 @@ def _run(out: Path, *extra: str) -> None:
     assert main(args) == 0
 
 
-def test_zero_advantage_skip_length_sort_and_prompt_sharing_change_no_result(tmp_path):
+def test_zero_advantage_skip_length_sort_prompt_sharing_and_dedup_change_no_result(tmp_path):
     _run(tmp_path / "fast")
     _run(
         tmp_path / "plain",
         "algo.skip_zero_advantage=false",
         "algo.sort_by_length=false",
         "algo.share_prompts=false",
+        "algo.dedup_responses=false",
     )
     fast, plain = read_metrics(tmp_path / "fast"), read_metrics(tmp_path / "plain")
     assert len(fast) == len(plain) == 5
-    skipped = 0.0
+    skipped = duplicated = 0.0
     for f, p in zip(fast, plain):
         for name in ("llama", "qwen"):
             key = f"m/{name}/reward/mean"
             assert abs(f[key] - p[key]) <= 1e-5, (f["step"], key)
             skipped += f.get(f"m/{name}/train/skipped_frac", 0.0)
+            duplicated += f.get(f"m/{name}/train/duplicate_frac", 0.0)
+            assert p[f"m/{name}/train/duplicate_frac"] == 0.0
         for key in ("x/llama->qwen/admitted", "x/qwen->llama/admitted"):
             assert f[key] == p[key]
     assert skipped > 0, "no zero-advantage work was skipped: the test exercises nothing"
+    assert duplicated > 0, "no identical responses were merged: the test exercises nothing"
     assert sum(r["x/llama->qwen/admitted"] + r["x/qwen->llama/admitted"] for r in fast) > 0
     for name in ("llama", "qwen"):
         ckpt = f"checkpoints/step_000005/{name}/model.safetensors"

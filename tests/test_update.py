@@ -1,5 +1,7 @@
 """The update: micro-batch accumulation invariance, minibatch order, an update that learns."""
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -226,3 +228,76 @@ def test_skipping_zero_advantage_responses_changes_no_gradient(random_lm):
     assert stats[True]["tokens"] == stats[False]["tokens"]  # still in the denominator
     assert stats[True]["skipped_tokens"] == sum(q.num_tokens for q in zeroed[::3])
     assert stats[True]["loss"] == pytest.approx(stats[False]["loss"], rel=1e-5)
+
+
+def _rows_run(model, fn):
+    """Call fn; return its result and how many rows the model's forward passes received."""
+    rows = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        return fn(), sum(rows)
+    finally:
+        hook.remove()
+
+
+def test_identical_responses_run_once_and_each_copy_keeps_its_own_loss(random_lm):
+    base = _sequences(random_lm, 6, seed=3)
+    # Copies of rows 0 and 2 that differ in advantage, weight, behavior log-probs and peer flag.
+    copies = [
+        TrainSequence(
+            q.prompt_ids,
+            q.response_ids,
+            tuple(x - 0.1 * k for x in q.old_logprobs),
+            advantage=q.advantage * (k - 1.5),
+            weight=0.5 + 0.25 * k,
+            is_peer=bool(k % 2),
+        )
+        for q in (base[0], base[2])
+        for k in range(3)
+    ]
+    seqs = base + copies
+    grads, stats, rows = {}, {}, {}
+    for dedup in (False, True):
+        random_lm.zero_grad(set_to_none=True)
+        s = UpdateSettings(micro_batch_size=64, dedup_responses=dedup, sort_by_length=dedup)
+        stats[dedup], rows[dedup] = _rows_run(
+            random_lm, partial(minibatch_backward, random_lm, seqs, s, pad_id=0)
+        )
+        grads[dedup] = _grads(random_lm)
+    for a, b in zip(grads[False], grads[True]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    for key in ("tokens", "peer_tokens", "clipped", "peer_clipped", "ratio_sum", "loss"):
+        assert stats[True][key] == pytest.approx(stats[False][key], rel=1e-5), key
+    dup = 3 * (base[0].num_tokens + base[2].num_tokens)
+    assert stats[True]["duplicate_tokens"] == dup
+    assert "duplicate_tokens" not in stats[False]
+    # The model saw the 6 distinct rows (the shared-prompt path runs prompts, then responses).
+    assert rows[True] < rows[False]
+
+
+def test_scoring_runs_each_distinct_response_once(random_lm):
+    seqs = _sequences(random_lm, 5, seed=4)
+    prompts = [q.prompt_ids for q in seqs] + [seqs[1].prompt_ids] * 3
+    responses = [q.response_ids for q in seqs] + [seqs[1].response_ids] * 3
+    out, rows = {}, {}
+    for dedup in (False, True):
+        out[dedup], rows[dedup] = _rows_run(
+            random_lm,
+            partial(
+                score_sequences,
+                random_lm,
+                prompts,
+                responses,
+                pad_id=0,
+                batch_size=4,
+                share_prompts=False,  # one forward per batch, so rows counts rows scored
+                dedup_responses=dedup,
+            ),
+        )
+    assert len(out[True]) == len(prompts)
+    for a, b in zip(out[False], out[True]):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert out[True][5] == out[True][6] == out[True][1]
+    assert (rows[False], rows[True]) == (8, 5)

@@ -234,6 +234,11 @@ class AlgoConfig:
     """Run each distinct prompt once per batch, in generation and in every log-prob forward pass,
     and attach its KV cache to each of its n responses instead of repeating the prompt n times.
     Changes no result beyond float rounding."""
+    dedup_responses: bool = True
+    """Run each distinct (prompt, response) pair once per batch in every log-prob forward pass
+    (training and scoring peer responses); each copy keeps its own loss term, and its gradient
+    flows into the one computed copy. Identical responses are common when a policy answers a
+    prompt the same way several times. Changes no result beyond float rounding."""
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,13 @@ that it is the log-prob of the distribution the tokens were sampled from.
 A rollout batch repeats each prompt n times (one row per response). `shared_prompt_logprobs` runs
 each distinct prompt once, repeats its KV cache (differentiably) for every response row and runs the
 responses against it: the same numbers as the plain forward up to float rounding, for a fraction of
-the prompt work.
+the prompt work. Likewise identical (prompt, response) rows, common once a policy answers a prompt
+the same way several times, run once and their log-probs are copied (differentiably) to every copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -68,11 +69,19 @@ def pack(
     return PackedBatch(input_ids_BL, attention_BL.long(), gather_BT, target_ids_BT, mask_BT)
 
 
-def distinct_rows(rows: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+def distinct_rows(rows: Sequence[Sequence[Hashable]]) -> tuple[list[tuple], list[int]]:
     """The distinct rows in first-seen order, and for each input row the index of its copy."""
-    first: dict[tuple[int, ...], int] = {}
+    first: dict[tuple, int] = {}
     index = [first.setdefault(tuple(r), len(first)) for r in rows]
     return list(first), index
+
+
+def distinct_pairs(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[int]]:
+    """The distinct (prompt, response) rows as prompts and responses, and each row's copy index."""
+    distinct, index = distinct_rows(list(zip(map(tuple, prompts), map(tuple, responses))))
+    return [p for p, _ in distinct], [r for _, r in distinct], index
 
 
 def right_pad(rows: Sequence[Sequence[int]], *, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,9 +180,25 @@ def sequence_logprobs(
     pad_id: int,
     temperature: float = 1.0,
     share_prompts: bool = True,
+    dedup_responses: bool = True,
 ) -> torch.Tensor:
     """logp_BT of each response token (0 past its end): the shared-prompt forward, or the plain
-    one over `pack`ed rows. Gradients flow when enabled."""
+    one over `pack`ed rows, with identical rows run once when `dedup_responses`. Gradients flow
+    when enabled (into the one computed copy, summed over its copies)."""
+    if dedup_responses:
+        _check_rows(prompts, responses)
+        prompts_U, responses_U, index = distinct_pairs(prompts, responses)
+        if len(prompts_U) < len(index):
+            logp_UT = sequence_logprobs(
+                model,
+                prompts_U,
+                responses_U,
+                pad_id=pad_id,
+                temperature=temperature,
+                share_prompts=share_prompts,
+                dedup_responses=False,
+            )
+            return logp_UT[torch.tensor(index, dtype=torch.long, device=logp_UT.device)]
     if share_prompts:
         return shared_prompt_logprobs(
             model, prompts, responses, pad_id=pad_id, temperature=temperature
@@ -192,8 +217,25 @@ def score_sequences(
     temperature: float = 1.0,
     batch_size: int = 32,
     share_prompts: bool = True,
+    dedup_responses: bool = True,
 ) -> list[tuple[float, ...]]:
-    """Per-token log-probs of each response under the model (no gradient), in input order."""
+    """Per-token log-probs of each response under the model (no gradient), in input order.
+    With `dedup_responses` each distinct (prompt, response) runs once and `batch_size` counts
+    distinct rows."""
+    if dedup_responses:
+        prompts_U, responses_U, index = distinct_pairs(prompts, responses)
+        if len(prompts_U) < len(index):
+            scored = score_sequences(
+                model,
+                prompts_U,
+                responses_U,
+                pad_id=pad_id,
+                temperature=temperature,
+                batch_size=batch_size,
+                share_prompts=share_prompts,
+                dedup_responses=False,
+            )
+            return [scored[i] for i in index]
     out: list[tuple[float, ...]] = [()] * len(prompts)
     if share_prompts:  # copies of a prompt side by side, so that a batch holds few distinct ones
         order = sorted(
@@ -210,6 +252,7 @@ def score_sequences(
             pad_id=pad_id,
             temperature=temperature,
             share_prompts=share_prompts,
+            dedup_responses=False,
         )
         for row, i in enumerate(idx):
             out[i] = tuple(logp_BT[row, : len(responses[i])].tolist())

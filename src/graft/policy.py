@@ -76,6 +76,7 @@ def update_settings(spec: PolicySpec, minibatches: int | None = None) -> UpdateS
         skip_zero_advantage=a.skip_zero_advantage,
         sort_by_length=a.sort_by_length,
         share_prompts=a.share_prompts,
+        dedup_responses=a.dedup_responses,
     )
 
 
@@ -213,6 +214,7 @@ class Policy:
             temperature=self.spec.rollout.temperature,
             batch_size=self.spec.algo.micro_batch_size,
             share_prompts=self.spec.algo.share_prompts,
+            dedup_responses=self.spec.algo.dedup_responses,
         )
 
     def import_responses(

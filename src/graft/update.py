@@ -46,6 +46,8 @@ class UpdateSettings:
     """Cut micro-batches from length-sorted responses (less padding; same sum)."""
     share_prompts: bool = True
     """Run each distinct prompt of a micro-batch once and attach its KV cache to its responses."""
+    dedup_responses: bool = True
+    """Run each distinct (prompt, response) of a micro-batch once; every copy keeps its own loss."""
 
 
 def order_groups(
@@ -119,6 +121,7 @@ def _micro_loss(
             pad_id=pad_id,
             temperature=s.temperature,
             share_prompts=s.share_prompts,
+            dedup_responses=s.dedup_responses,
         )
 
     logp_BT = logprobs(model)
@@ -197,6 +200,23 @@ def _zero_gradient(q: TrainSequence, s: UpdateSettings) -> bool:
     return s.skip_zero_advantage and s.kl_coef == 0 and q.objective != "sft" and q.advantage == 0
 
 
+def _length_key(q: TrainSequence) -> tuple:
+    """Sort by length; copies of one response side by side, so that they share a micro-batch."""
+    return (len(q.prompt_ids) + q.num_tokens, q.prompt_ids, q.response_ids)
+
+
+def duplicate_tokens(seqs: Sequence[TrainSequence]) -> int:
+    """Response tokens of the rows that repeat an earlier (prompt, response) row: they are not
+    run through the model again (`dedup_responses`)."""
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    count = 0
+    for q in seqs:
+        key = (tuple(q.prompt_ids), tuple(q.response_ids))
+        count += q.num_tokens if key in seen else 0
+        seen.add(key)
+    return count
+
+
 def minibatch_backward(
     model: torch.nn.Module,
     sequences: Sequence[TrainSequence],
@@ -218,10 +238,14 @@ def minibatch_backward(
     totals["tokens"] = float(sum(skipped))  # they count in the denominator, through coef_B
     totals["skipped_tokens"] = float(sum(skipped))
     if s.sort_by_length:  # less padding; the sum over sequences does not depend on the order
-        keep.sort(key=lambda i: len(sequences[i].prompt_ids) + sequences[i].num_tokens)
+        keep.sort(key=lambda i: _length_key(sequences[i]))
     for start in range(0, len(keep), s.micro_batch_size):
         idx = keep[start : start + s.micro_batch_size]
         micro = [sequences[i] for i in idx]
+        if s.dedup_responses:
+            totals["duplicate_tokens"] = totals.get("duplicate_tokens", 0.0) + duplicate_tokens(
+                micro
+            )
         loss, stats = _micro_loss(model, micro, coef_B[idx], s, pad_id=pad_id, ref_model=ref_model)
         loss.backward()
         for key, value in stats.items():
@@ -290,6 +314,7 @@ def train_on_batch(
         "optim/lr": float(lr),
         "train/tokens": tokens / s.epochs,
         "train/skipped_frac": sums.get("skipped_tokens", 0.0) / tokens,
+        "train/duplicate_frac": sums.get("duplicate_tokens", 0.0) / tokens,
         "time/fwd_bwd_s": sums.get("fwd_bwd_s", 0.0),
         "time/optim_s": sums.get("optim_s", 0.0),
     }
