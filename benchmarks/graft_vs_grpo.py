@@ -8,7 +8,8 @@ rewards and response lengths), and the two step times differ only by what GRAFT 
 exchange (gate, re-tokenization, receiver log-probs of peer responses) and the update training the
 admitted peer responses where GRPO skips an all-fail group. The run follows the GRAFT trainer, so
 transfers happen at GRAFT's own rate. Reports the ratio of median step times over all steps and
-over the steps with a transfer, the exchange's time, the update's time and the response tokens it
+over the steps with a transfer, the median of the per-step (paired) ratios, each phase's paired
+difference, the exchange's time, the update's time and the response tokens it
 trained, and how much was transferred. The default config is the demo's complementary pair, where
 transfers happen on most steps in both directions.
 
@@ -118,6 +119,8 @@ def main() -> None:
         if moved
         else float("nan")
     )
+    paired = [a / b for a, b in zip(times["graft"], times["grpo"])]
+    paired_moved = statistics.median(paired[i] for i in moved) if moved else float("nan")
     extra_update = statistics.median(a - b for a, b in zip(train_s["graft"], train_s["grpo"]))
     policies = len(graft.names)
     rows = [
@@ -127,6 +130,10 @@ def main() -> None:
         ("median step, GRAFT", f"{g['median_s'] * 1000:.0f} ms"),
         ("ratio GRAFT / GRPO", f"{ratio:.3f}"),
         (f"ratio on the {len(moved)} steps with a transfer", f"{ratio_moved:.3f}"),
+        (
+            "paired ratio (median of per-step GRAFT / GRPO): all / transfer steps",
+            f"{statistics.median(paired):.3f} / {paired_moved:.3f}",
+        ),
         ("median exchange time", f"{statistics.median(exchange_s) * 1000:.1f} ms"),
         ("median extra update time, paired", f"{extra_update * 1000:.1f} ms"),
         (
@@ -162,6 +169,8 @@ def main() -> None:
         {
             "ratio": ratio,
             "ratio_steps_with_transfer": ratio_moved,
+            "paired_ratio": statistics.median(paired),
+            "paired_ratio_steps_with_transfer": paired_moved,
             "extra_update_s_median": extra_update,
             "graft": g,
             "grpo": p,

@@ -6,7 +6,8 @@ optimizer, store hand-off), the achieved GFLOP/s of generation and of training, 
 fp32 matmul peak of this machine for scale. FLOPs are counted the usual way: 2 x parameters per
 token processed in generation (prompt once, then each new token with the KV cache) and
 6 x parameters per token trained (forward + backward), over the responses actually computed (a
-response with an advantage of exactly 0 is skipped: its gradient is zero). "Executed" counts the
+response with an advantage of exactly 0 is skipped: its gradient is zero; a copy of an identical
+response runs once, `algo.dedup_responses`). "Executed" counts the
 tokens the model really ran: with `algo.share_prompts` (the default) each distinct prompt once per
 step; "nominal" counts every sequence's own copy of its prompt, the work of a trainer that repeats
 the prompt in each of its n rows.
@@ -47,15 +48,16 @@ def _count_tokens(trainer: Trainer) -> dict[str, int]:
     generate = trainer.backend.generate
 
     def counting(*args, **kwargs):
-        rollouts = generate(*args, **kwargs)
-        for rs in rollouts.values():
-            for r in rs:
+        out = generate(*args, **kwargs)  # per policy: rollouts, or what `then` made of them
+        for items in out.values():
+            for item in items:
+                r = getattr(item, "rollout", item)  # a Group holds its Rollout
                 counts["distinct_prompt"] += len(r.prompt_ids)
                 for c in r.completions_G:
                     counts["prompt"] += len(r.prompt_ids)
                     counts["response"] += c.num_tokens
                     counts["sequences"] += 1
-        return rollouts
+        return out
 
     trainer.backend.generate = counting
     return counts
@@ -81,7 +83,7 @@ def main() -> None:
     flops: dict[str, list[float]] = {
         k: [] for k in ("gen", "train", "gen_nominal", "train_nominal")
     }
-    skipped = []
+    skipped, duplicate = [], []
     try:
         for step in range(args.warmup + args.steps):
             before = dict(counts)
@@ -99,8 +101,9 @@ def main() -> None:
                 - before["distinct_prompt" if shared else "prompt"]
             )
             resp = counts["response"] - before["response"]
-            computed = 1.0 - m["train/skipped_frac"]
+            computed = 1.0 - m["train/skipped_frac"] - m.get("train/duplicate_frac", 0.0)
             skipped.append(m["train/skipped_frac"])
+            duplicate.append(m.get("train/duplicate_frac", 0.0))
             for suffix, prompt in (("", executed), ("_nominal", nominal)):
                 flops["gen" + suffix].append(2 * params * (prompt + resp) / m["time/generate_s"])
                 flops["train" + suffix].append(
@@ -122,6 +125,7 @@ def main() -> None:
         ),
         (f"matmul peak ({torch.get_num_threads()} threads)", f"{peak:.1f} GFLOP/s"),
         ("zero-advantage token fraction (skipped)", f"{statistics.median(skipped):.2f}"),
+        ("duplicate response token fraction (run once)", f"{statistics.median(duplicate):.2f}"),
         ("peak RSS", f"{peak_rss_mib():.0f} MiB"),
     ]
     emit(
@@ -133,6 +137,7 @@ def main() -> None:
             "share_prompts": shared,
             "matmul_peak_gflops": peak,
             "skipped_frac": statistics.median(skipped),
+            "duplicate_frac": statistics.median(duplicate),
             "params": params,
             "peak_rss_mib": peak_rss_mib(),
         },

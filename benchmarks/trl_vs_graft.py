@@ -330,6 +330,9 @@ def main() -> None:
         "trl_reward_mean": statistics.mean(x for r in trl_rewards for x in r),
         "graft_zero_adv_group_frac": zero_groups / n_groups,
         "graft_skipped_token_frac": statistics.mean(m["train/skipped_frac"] for m in graft_metrics),
+        "graft_duplicate_token_frac": statistics.mean(
+            m.get("train/duplicate_frac", 0.0) for m in graft_metrics
+        ),
         "trl_zero_adv_group_frac": statistics.mean(
             len(set(r[i : i + wl.group])) == 1
             for r in trl_rewards
@@ -361,6 +364,7 @@ def main() -> None:
             f"{r['graft_zero_adv_group_frac']:.3f} / {r['trl_zero_adv_group_frac']:.3f}",
         ),
         ("graft skipped token frac", f"{r['graft_skipped_token_frac']:.3f}"),
+        ("graft duplicate token frac (run once)", f"{r['graft_duplicate_token_frac']:.3f}"),
         ("peak RSS (process, both sides)", f"{r['peak_rss_mib']:.0f} MiB"),
         ("RSS added by graft / TRL setup", f"{rss_graft:.0f} / {rss_trl:.0f} MiB (TRL: + imports)"),
         ("optimizer graft / TRL", optimizer),
