@@ -242,10 +242,9 @@ def minibatch_backward(
     for start in range(0, len(keep), s.micro_batch_size):
         idx = keep[start : start + s.micro_batch_size]
         micro = [sequences[i] for i in idx]
-        if s.dedup_responses:
-            totals["duplicate_tokens"] = totals.get("duplicate_tokens", 0.0) + duplicate_tokens(
-                micro
-            )
+        if s.dedup_responses:  # copies run once; counted for train/duplicate_frac
+            dup = float(duplicate_tokens(micro))
+            totals["duplicate_tokens"] = totals.get("duplicate_tokens", 0.0) + dup
         loss, stats = _micro_loss(model, micro, coef_B[idx], s, pad_id=pad_id, ref_model=ref_model)
         loss.backward()
         for key, value in stats.items():
