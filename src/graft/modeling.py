@@ -80,6 +80,7 @@ def distinct_pairs(
     prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[int]]:
     """The distinct (prompt, response) rows as prompts and responses, and each row's copy index."""
+    _check_rows(prompts, responses)  # before zip, which would drop unmatched rows silently
     distinct, index = distinct_rows(list(zip(map(tuple, prompts), map(tuple, responses))))
     return [p for p, _ in distinct], [r for _, r in distinct], index
 
@@ -186,7 +187,6 @@ def sequence_logprobs(
     one over `pack`ed rows, with identical rows run once when `dedup_responses`. Gradients flow
     when enabled (into the one computed copy, summed over its copies)."""
     if dedup_responses:
-        _check_rows(prompts, responses)
         prompts_U, responses_U, index = distinct_pairs(prompts, responses)
         if len(prompts_U) < len(index):
             logp_UT = sequence_logprobs(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from graft.loss import clipped_surrogate, kl_k3, sequence_ratio_surrogate, token_coefficients
-from graft.modeling import sequence_logprobs
+from graft.modeling import distinct_pairs, sequence_logprobs
 from graft.types import TrainGroup, TrainSequence
 
 
@@ -208,13 +208,8 @@ def _length_key(q: TrainSequence) -> tuple:
 def duplicate_tokens(seqs: Sequence[TrainSequence]) -> int:
     """Response tokens of the rows that repeat an earlier (prompt, response) row: they are not
     run through the model again (`dedup_responses`)."""
-    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
-    count = 0
-    for q in seqs:
-        key = (tuple(q.prompt_ids), tuple(q.response_ids))
-        count += q.num_tokens if key in seen else 0
-        seen.add(key)
-    return count
+    _, responses_U, _ = distinct_pairs([q.prompt_ids for q in seqs], [q.response_ids for q in seqs])
+    return sum(q.num_tokens for q in seqs) - sum(len(r) for r in responses_U)
 
 
 def minibatch_backward(
