@@ -19,7 +19,18 @@ pinned by a test in tests/test_verify.py):
   decimal is involved. math-verify rounds to ~6 decimals, so 1e-20 "equals" 1e-21. The same holds
   for the elements of tuples, sets and intervals of numbers. Everything else (symbols, equations,
   matrices, percentages) goes to `math_verify.verify`, with its SIGALRM timeout disabled: the pool
-  enforces the time limit by killing the worker process.
+  enforces the time limit by killing the worker process;
+- a final answer written as several adjacent boxes (`\\boxed{1}, \\boxed{2}, \\boxed{3}`,
+  `graft.tasks.answer.final_boxes`) is judged as a whole: as a tuple (in order) when the gold is a
+  tuple or a pair, as a set when the gold is a set; against any other gold, boxes that do not all
+  hold the same value are a hedge and `wrong`, even when the last box is right;
+- forms the LaTeX parser misreads are read first (`graft.tasks.forms`): e-notation, NumPy-style
+  golds, trailing periods, `\\mathrm{e}`, clock times and sequences with an ellipsis.
+
+`verify_math_answer_line` (config `verify.extract: answer_line`) also reads responses without a
+box, from an "answer is X" / "Answer: X" last line (`graft.tasks.answer.answer_line`).
+`verdict_reason` names why a verdict is not `correct`, for the `verdict/<category>/<reason>`
+metrics.
 """
 
 from __future__ import annotations
@@ -34,7 +45,8 @@ from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from graft.tasks.answer import final_number, last_boxed
+from graft.tasks import forms
+from graft.tasks.answer import answer_line, final_boxes, final_number
 from graft.types import Verdict
 
 Verifier = Callable[[str, str], Verdict]
@@ -110,6 +122,18 @@ def parse_latex(text: str) -> Any:
         convert_degrees=False,
         normalization_config=None,
     )
+
+
+def parse_answer(text: str) -> Any:
+    """Parse a gold or an answer: the forms of `graft.tasks.forms` first, then LaTeX as a whole."""
+    text = forms.rewrite(text)
+    clock = forms.clock_time(text)
+    if clock is not None:
+        return clock
+    parts = forms.elided_parts(text)
+    if parts is not None:
+        return forms.Elided(tuple(p if p == forms.ELLIPSIS else parse_latex(p) for p in parts))
+    return parse_latex(text)
 
 
 def _is_number(expr: Any) -> bool:
@@ -189,8 +213,29 @@ def _containers_equal(gold: Any, pred: Any) -> bool | None:
     return None
 
 
+def _forms_equal(gold: Any, pred: Any) -> bool | None:
+    """Comparison of clock times and elided sequences; None when neither side is one."""
+    if isinstance(gold, forms.ClockTime) or isinstance(pred, forms.ClockTime):
+        both = isinstance(gold, forms.ClockTime) and isinstance(pred, forms.ClockTime)
+        return both and gold.same_time(pred)
+    if isinstance(gold, forms.Elided) or isinstance(pred, forms.Elided):
+        if not (isinstance(gold, forms.Elided) and isinstance(pred, forms.Elided)):
+            return False
+        if len(gold.items) != len(pred.items):
+            return False
+        for g, p in zip(gold.items, pred.items, strict=True):
+            dots = (g == forms.ELLIPSIS, p == forms.ELLIPSIS)
+            if dots[0] != dots[1] or (not dots[0] and not math_equal(g, p)):
+                return False
+        return True
+    return None
+
+
 def math_equal(gold: Any, pred: Any) -> bool:
     """Is the parsed answer `pred` equal to the parsed `gold`? (See the module docstring.)"""
+    special = _forms_equal(gold, pred)
+    if special is not None:
+        return special
     m = _math()
     g, p = gold, pred
     # Same unwrapping as math-verify: answer `x = 3` for gold `3`, and gold `x = 3` for answer `3`.
@@ -206,27 +251,98 @@ def math_equal(gold: Any, pred: Any) -> bool:
     return bool(m.grader.verify(gold, pred, timeout_seconds=None, raise_on_error=True))
 
 
-def verify_math(response: str, gold: str) -> Verdict:
-    """Judge a free-form math response by its last `\\boxed{}` answer against a LaTeX gold."""
+def _joint_answer(gold: Any, parts: list[Any]) -> tuple[Any, Any] | None:
+    """(gold, answer) to compare when several boxes answer together; None for a hedge."""
+    s = _math().sympy
+    if all(math_equal(parts[0], p) for p in parts[1:]):
+        return gold, parts[0]  # the same value boxed again is one answer
+    if isinstance(gold, s.Tuple):
+        return gold, s.Tuple(*parts)
+    if isinstance(gold, s.Interval) and gold.left_open and gold.right_open and len(parts) == 2:
+        return s.Tuple(gold.start, gold.end), s.Tuple(*parts)  # gold "(1, 2)" read as a pair
+    if isinstance(gold, s.FiniteSet):
+        return gold, s.FiniteSet(*parts)
+    return None
+
+
+def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...]) -> Verdict:
+    """Verdict of the final answer given as one or several boxes (see the module docstring)."""
+    if not all(boxes):
+        return Verdict("no_answer", "empty")
+    parsed = []
+    for answer in boxes:
+        try:
+            parsed.append(parse_answer(answer))
+        except Exception as exc:
+            return Verdict("no_answer", _clip(f"unparseable answer {answer!r}: {exc}"))
+    if len(parsed) == 1:
+        category = "correct" if math_equal(gold_expr, parsed[0]) else "wrong"
+        return Verdict(category, _clip(boxes[0]))
+    detail = _clip(_SEVERAL_BOXES + " | ".join(boxes))
+    pair = _joint_answer(gold_expr, parsed)
+    if pair is None:
+        return Verdict("wrong", detail)
+    return Verdict("correct" if math_equal(*pair) else "wrong", detail)
+
+
+_SEVERAL_BOXES = "several boxes: "
+_NO_BOX = "no closed final \\boxed{}"
+
+
+def _verify_math(response: str, gold: str, *, extract: str) -> Verdict:
     try:
         try:
-            gold_expr = parse_latex(gold)
+            gold_expr = parse_answer(gold)
         except Exception as exc:
             return Verdict("error", _clip(f"unparseable gold answer {gold!r}: {exc}"))
         sympy = _math().sympy
         if isinstance(gold_expr, sympy.Basic) and gold_expr.has(sympy.zoo, sympy.nan):
             return Verdict("error", _clip(f"gold answer {gold!r} is undefined ({gold_expr})"))
-        answer = last_boxed(response)
-        if not answer:
-            return Verdict("no_answer", "no closed final \\boxed{}" if answer is None else "empty")
-        try:
-            pred_expr = parse_latex(answer)
-        except Exception as exc:
-            return Verdict("no_answer", _clip(f"unparseable answer {answer!r}: {exc}"))
-        category = "correct" if math_equal(gold_expr, pred_expr) else "wrong"
-        return Verdict(category, _clip(answer))
+        boxes = final_boxes(response)
+        if boxes is None and extract == "answer_line":
+            line = answer_line(response)
+            if line is None:
+                return Verdict("no_answer", _NO_BOX + " and no answer line")
+            boxes = (line,)
+        if boxes is None:
+            return Verdict("no_answer", _NO_BOX)
+        return _judge_boxes(gold_expr, boxes)
     except Exception as exc:
         return _error(exc)
+
+
+def verify_math(response: str, gold: str) -> Verdict:
+    """Judge a free-form math response by its final `\\boxed{}` answer against a LaTeX gold."""
+    return _verify_math(response, gold, extract="boxed")
+
+
+def verify_math_answer_line(response: str, gold: str) -> Verdict:
+    """`verify_math`, and for a response without a box, its "answer is X" last line."""
+    return _verify_math(response, gold, extract="answer_line")
+
+
+def verdict_reason(verdict: Verdict) -> str:
+    """Why a verdict is not `correct`, as one of `VERDICT_REASONS[category]`; "" otherwise."""
+    detail = verdict.detail
+    if verdict.category == "no_answer":
+        if detail.startswith(_NO_BOX):
+            return "no_box"
+        if detail == "empty":
+            return "empty_box"
+        return "unparseable_answer" if detail.startswith("unparseable answer") else "other"
+    if verdict.category == "error":
+        gold_problem = ("unparseable gold", "gold answer")
+        return "unparseable_gold" if detail.startswith(gold_problem) else "other"
+    if verdict.category == "wrong":
+        return "several_boxes" if detail.startswith(_SEVERAL_BOXES) else "one_answer"
+    return ""
+
+
+VERDICT_REASONS: dict[str, tuple[str, ...]] = {
+    "wrong": ("one_answer", "several_boxes"),
+    "no_answer": ("no_box", "empty_box", "unparseable_answer", "other"),
+    "error": ("unparseable_gold", "other"),
+}
 
 
 # ---------------------------------------------------------------------------- registry

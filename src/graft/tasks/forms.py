@@ -1,0 +1,134 @@
+"""Answer forms that the LaTeX parser misreads, handled before it (pure functions, no sympy).
+
+Each rewrite keeps the value and only changes the spelling (tests/test_answer_forms.py):
+- e-notation is a number: `4.5e33` -> `(4.5 \\times 10^{33})`, never 4.5 * e * 33;
+- Python-style numbers and NumPy calls (as in Minerva's golds): `-1./3` -> `-1/3`,
+  `np.arcsin(10/13)` -> `\\arcsin(10/13)`, `np.pi` -> `\\pi`;
+- a trailing period is punctuation: `5.` -> `5`;
+- `\\mathrm{e}` / `\\mathrm{i}` are Euler's number and the imaginary unit, like plain `e` / `i`;
+- `E_{1}` is a subscripted symbol (the parser reads a bare `E` as Euler's number and fails).
+
+Two forms are not LaTeX expressions at all and are read here into their own values:
+- clock times `12:00`, `9:05:30`, `3:15 p.m.` (`ClockTime`), which the parser reads as 12/0;
+- sequences with an ellipsis `1, 2, 4, \\ldots` (`Elided`), compared element by element with the
+  ellipsis in the same place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_E_NOTATION = re.compile(r"(?<![\w\\.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
+_BARE_POINT = re.compile(r"(\d)\.(?!\d)")
+_NUMPY_CALL = re.compile(r"\bnp\.(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|exp|log|sqrt)\(")
+_MATHRM_CONSTANT = re.compile(r"\\(?:mathrm|operatorname|rm)\s*\{\s*([ei])\s*\}")
+_SUBSCRIPTED_E = re.compile(r"(?<![A-Za-z\\{])E(?=_)")
+_CLOCK = re.compile(
+    r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(?:\\[,; ]|~)?\s*(?:\\text\{\s*)?"
+    r"(?:([aApP])\.?\s*[mM]\.?)?\s*\}?"
+)
+_ELLIPSIS = ("\\ldots", "\\dots", "\\cdots", "...", "\\dotsc", "\\dotsb")
+_SET_BRACES = (("\\{", "\\}"), ("\\left\\{", "\\right\\}"))
+
+
+@dataclass(frozen=True)
+class ClockTime:
+    """A time of day as written: hour, minute, second and "am" / "pm" / "" (none given)."""
+
+    hour: int
+    minute: int
+    second: int = 0
+    half: str = ""
+
+    def same_time(self, other: ClockTime) -> bool:
+        """Equal times; a 12-hour time matches a 24-hour one (3:15 p.m. = 15:15), and a time
+        without am/pm matches either half unless its hour shows it is a 24-hour time."""
+        if (self.minute, self.second) != (other.minute, other.second):
+            return False
+        if self.half and other.half:
+            return (self.hour % 12, self.half) == (other.hour % 12, other.half)
+        if not self.half and not other.half:
+            return self.hour == other.hour
+        timed, plain = (self, other) if self.half else (other, self)
+        if plain.hour > 12 or plain.hour == 0:  # written as a 24-hour time
+            return timed.hour % 12 + (12 if timed.half == "pm" else 0) == plain.hour % 24
+        return timed.hour % 12 == plain.hour % 12
+
+
+ELLIPSIS = "..."
+"""The element standing for the dots of an `Elided` sequence."""
+
+
+@dataclass(frozen=True)
+class Elided:
+    """A sequence written with an ellipsis: parsed elements, `ELLIPSIS` where the dots stand."""
+
+    items: tuple[Any, ...]
+
+
+def rewrite(text: str) -> str:
+    """The same answer, spelled so that the LaTeX parser reads its value (module docstring)."""
+    text = text.strip()
+    text = _E_NOTATION.sub(lambda m: f"({m.group(1)} \\times 10^{{{int(m.group(2))}}})", text)
+    text = _NUMPY_CALL.sub(lambda m: f"\\{m.group(1)}(", text)
+    text = re.sub(r"\bnp\.pi\b", r"\\pi", text)
+    text = _BARE_POINT.sub(r"\1", text)
+    text = _MATHRM_CONSTANT.sub(r"\1", text)
+    text = _SUBSCRIPTED_E.sub(r"\\mathrm{E}", text)
+    while text.endswith(".") and not text.endswith(("...", "\\.")):
+        text = text[:-1].rstrip()
+    return text
+
+
+def clock_time(text: str) -> ClockTime | None:
+    """The time of day that `text` is, whole (`12:00`, `3:15 p.m.`, `\\text{9:05 am}`), or None."""
+    inner = text.strip()
+    if inner.startswith("\\text{") and inner.endswith("}"):
+        inner = inner[len("\\text{") : -1]
+    match = _CLOCK.fullmatch(inner.strip())
+    if match is None:
+        return None
+    hour, minute = int(match.group(1)), int(match.group(2))
+    second = int(match.group(3) or 0)
+    half = (match.group(4) or "").lower()
+    if minute > 59 or second > 59 or hour > 24 or (half and not 1 <= hour <= 12):
+        return None
+    return ClockTime(hour, minute, second, f"{half}m" if half else "")
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """`text` split at `sep` outside brackets and braces (`(1, 2), 3` -> ["(1, 2)", "3"])."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+            depth += 1 if text[i + 1] == "{" else -1
+            i += 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def elided_parts(text: str) -> list[str] | None:
+    """The elements of a comma-separated sequence holding an ellipsis as one of its elements,
+    with `ELLIPSIS` for the dots (set braces around it are dropped); None for anything else."""
+    inner = text.strip()
+    for left, right in _SET_BRACES:
+        if inner.startswith(left) and inner.endswith(right):
+            inner = inner[len(left) : -len(right)]
+            break
+    parts = split_top_level(inner)
+    if len(parts) < 2:
+        return None
+    marked = [ELLIPSIS if p in _ELLIPSIS else p for p in parts]
+    return marked if ELLIPSIS in marked else None
