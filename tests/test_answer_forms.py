@@ -262,3 +262,26 @@ def test_verdict_reasons(verdict, reason):
     assert verdict_reason(verdict) == reason
     if reason:
         assert reason in VERDICT_REASONS[verdict.category]
+
+
+def test_verdict_counts_split_every_category_by_reason():
+    from graft.tasks.verify import verdict_counts
+
+    verdicts = [
+        verify_math("no box", "5"),
+        verify_math("no box either", "5"),
+        verify_math("\\boxed{1 +}", "5"),
+        verify_math("\\boxed{4}, \\boxed{5}", "5"),
+        verify_math("\\boxed{5}", "5"),
+        Verdict("timeout", ""),
+    ]
+    counts = verdict_counts(verdicts)
+    assert counts["verdict/no_answer"] == 3
+    assert counts["verdict/no_answer/no_box"] == 2
+    assert counts["verdict/no_answer/unparseable_answer"] == 1
+    assert counts["verdict/no_answer/empty_box"] == 0
+    assert counts["verdict/wrong/several_boxes"] == 1
+    assert counts["verdict/correct"] == 1 and counts["verdict/timeout"] == 1
+    for category, reasons in VERDICT_REASONS.items():
+        total = sum(counts[f"verdict/{category}/{r}"] for r in reasons)
+        assert total == counts[f"verdict/{category}"]

@@ -8,7 +8,7 @@ benchmarks. The verifier is the same as in training.
 from __future__ import annotations
 
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import comb
@@ -21,7 +21,8 @@ from graft.rollout import SamplingParams
 from graft.suites import Suite
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
-from graft.types import VERDICT_CATEGORIES, Problem, Rollout, Verdict
+from graft.tasks.verify import verdict_counts
+from graft.types import Problem, Rollout, Verdict
 
 
 class Generator(Protocol):
@@ -79,9 +80,8 @@ def suite_metrics(
     if len(by_skill) > 1:
         for skill, rows in sorted(by_skill.items()):
             out[f"eval/{suite}/{skill}/avg@{k}"] = avg_at_k(rows)
-    counts = Counter(v.category for vs in verdicts_P for v in vs)
-    for category in VERDICT_CATEGORIES:
-        out[f"eval/{suite}/verdict/{category}"] = float(counts.get(category, 0))
+    counts = verdict_counts(v for vs in verdicts_P for v in vs)
+    out.update({f"eval/{suite}/{key}": value for key, value in counts.items()})
     return out
 
 
@@ -135,7 +135,8 @@ def evaluate_runs(
     """`settings.runs` evaluation runs with different seeds; mean +- std per policy and suite.
 
     Returns the content of eval.json: settings, and per policy every suite's avg@k / pass@k
-    (mean, std, per-run values), verdict counts summed over runs, per-skill avg@k, and the
+    (mean, std, per-run values), verdict counts summed over runs (and per reason: why the
+    `no_answer`, `wrong` and `error` verdicts are so), per-skill avg@k, and the
     unweighted average of avg@k over the suites.
     """
     params = SamplingParams(settings.max_new_tokens, settings.temperature, settings.top_p, 0)
@@ -153,11 +154,18 @@ def evaluate_runs(
             keys = sorted(
                 {k[len(prefix) :] for r in per_run for k in r[name] if k.startswith(prefix)}
             )
-            entry: dict[str, Any] = {"problems": len(suite.problems), "verdicts": {}, "skills": {}}
+            entry: dict[str, Any] = {
+                "problems": len(suite.problems),
+                "verdicts": {},
+                "verdict_reasons": {},
+                "skills": {},
+            }
             for key in keys:
                 values = [r[name][prefix + key] for r in per_run]
                 if key.startswith("verdict/"):
-                    entry["verdicts"][key[len("verdict/") :]] = int(sum(values))
+                    verdict = key[len("verdict/") :]
+                    group = "verdict_reasons" if "/" in verdict else "verdicts"
+                    entry[group][verdict] = int(sum(values))
                 elif "/" in key:
                     entry["skills"][key] = _mean_std(values)
                 else:

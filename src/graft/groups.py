@@ -7,12 +7,12 @@ A group with zero reward variance (all-pass or all-fail) gets advantage 0 for ev
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 import torch
 
-from graft.types import VERDICT_CATEGORIES, Group, Rollout, TrainGroup, TrainSequence, Verdict
+from graft.tasks.verify import verdict_counts
+from graft.types import Group, Rollout, TrainGroup, TrainSequence, Verdict
 
 
 def grpo_advantages(rewards_PG: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
@@ -96,7 +96,6 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
     num_groups = len(groups)
     verdicts = [v for g in groups for v in g.verdicts_G]
     completions = [c for g in groups for c in g.rollout.completions_G]
-    counts = Counter(v.category for v in verdicts)
     out = {
         "reward/mean": sum(v.reward for v in verdicts) / len(verdicts),
         "groups/all_fail_frac": sum(g.all_fail for g in groups) / num_groups,
@@ -106,6 +105,5 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
         "response/length_frac": sum(c.finish_reason == "length" for c in completions)
         / len(completions),
     }
-    for category in VERDICT_CATEGORIES:
-        out[f"verdict/{category}"] = float(counts.get(category, 0))
+    out.update(verdict_counts(verdicts))
     return out

@@ -39,7 +39,8 @@ import importlib
 import importlib.metadata
 import math
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from functools import cache
 from types import SimpleNamespace
@@ -47,7 +48,7 @@ from typing import Any
 
 from graft.tasks import forms
 from graft.tasks.answer import answer_line, final_boxes, final_number
-from graft.types import Verdict
+from graft.types import VERDICT_CATEGORIES, Verdict
 
 Verifier = Callable[[str, str], Verdict]
 
@@ -343,6 +344,19 @@ VERDICT_REASONS: dict[str, tuple[str, ...]] = {
     "no_answer": ("no_box", "empty_box", "unparseable_answer", "other"),
     "error": ("unparseable_gold", "other"),
 }
+
+
+def verdict_counts(verdicts: Iterable[Verdict]) -> dict[str, float]:
+    """`verdict/<category>` counts, and `verdict/<category>/<reason>` for the reasons in
+    `VERDICT_REASONS` (every key present, zeros included, so that curves line up)."""
+    verdicts = list(verdicts)
+    categories = Counter(v.category for v in verdicts)
+    reasons = Counter((v.category, verdict_reason(v)) for v in verdicts)
+    out = {f"verdict/{c}": float(categories.get(c, 0)) for c in VERDICT_CATEGORIES}
+    for category, names in VERDICT_REASONS.items():
+        for reason in names:
+            out[f"verdict/{category}/{reason}"] = float(reasons.get((category, reason), 0))
+    return out
 
 
 # ---------------------------------------------------------------------------- registry
