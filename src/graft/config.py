@@ -127,6 +127,15 @@ class VerifyConfig:
     """Verifier worker processes."""
     timeout_s: float = 5.0
     """Hard per-response time limit; a worker past it is killed, the response scored `timeout`."""
+    extract: Literal["boxed", "answer_line"] = "boxed"
+    """How the math verifier finds a response's answer: `boxed`, its final `\\boxed{}` (several
+    adjacent boxes count as one answer); `answer_line`, also an "answer is X" / "Answer: X" last
+    line when there is no box. Opt-in: it rewards responses that never box their answer, and a
+    response cut off after "the answer is 4" (of 45) is read as 4."""
+    max_unparseable_golds: float = 0.05
+    """Largest share of a problem set whose gold answers the verifier cannot parse (so no response
+    could ever be rewarded on them). Above it graft refuses to start; below it the first few are
+    reported, training leaves them out and evaluation scores them as `error`."""
 
 
 @dataclass(frozen=True)
@@ -396,6 +405,11 @@ def validate(cfg: Config) -> None:
     _check(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
     _check(cfg.verify.workers >= 1, "verify.workers", "must be >= 1")
     _check(cfg.verify.timeout_s > 0, "verify.timeout_s", "must be > 0")
+    _check(
+        0 <= cfg.verify.max_unparseable_golds <= 1,
+        "verify.max_unparseable_golds",
+        "must be a share between 0 and 1",
+    )
     _check(len(cfg.models) >= 1, "models", "list at least one model")
     names = [m.name for m in cfg.models]
     for i, m in enumerate(cfg.models):

@@ -40,9 +40,10 @@ from graft.rundir import (
 from graft.stored_peer import StoredPeer, stored_exchange
 from graft.suites import Suite, load_suites
 from graft.tasks import Task, build_task, prompt_batch
+from graft.tasks.golds import check_golds, require_golds, usable_problems
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
-from graft.tasks.verify import resolve_verifier
+from graft.tasks.verify import resolve_verifier, verifier_for_extract
 from graft.types import Group, Rollout
 
 
@@ -96,18 +97,27 @@ class Trainer:
                 self.val_suite = val.name
                 if val.name not in {s.name for s in self.eval_suites}:
                     self.eval_suites.append(val)
-        self.verifier = cfg.verify.verifier or self.task.verifier
+        try:
+            self.verifier = verifier_for_extract(
+                cfg.verify.verifier or self.task.verifier, cfg.verify.extract
+            )
+        except ValueError as err:
+            raise ConfigError(f"verify.extract: {err}") from None
         try:
             resolve_verifier(self.verifier)
         except (ValueError, ImportError) as err:
             raise ConfigError(f"verify.verifier: {err}") from None
-        self.backend = backend or make_backend(
-            policy_specs(cfg), cfg.run.backend, ray_strategy=cfg.run.ray_strategy
-        )
+        # Evaluation uses each suite's own verifier unless the config names one or an extraction.
+        custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
+        self.eval_verifier = self.verifier if custom else None
+        self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
         try:
-            self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
+            self._check_golds()  # before any model loads
+            self.backend = backend or make_backend(
+                policy_specs(cfg), cfg.run.backend, ray_strategy=cfg.run.ray_strategy
+            )
         except BaseException:
-            self.backend.close()
+            self.pool.close()
             raise
         self.monitor = AdmissionMonitor(cfg.exchange.warn_after)
         self.stored_peer = None
@@ -122,6 +132,25 @@ class Trainer:
         self.multi = len(self.names) > 1
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
+
+    def _check_golds(self) -> None:
+        """Refuse data whose golds the verifier mostly cannot parse; report and leave out (train)
+        or keep as `error` (eval) the few it cannot (graft.tasks.golds)."""
+        limit = self.cfg.verify.max_unparseable_golds
+        t = self.cfg.task
+        where = f"task.math.train ({t.math.train})" if t.name == "math" else f"task {t.name}"
+        check = check_golds(self.pool, self.verifier, self.train_problems, where=where)
+        require_golds(check, max_fraction=limit)
+        if check is not None and check.bad:
+            tqdm.write(f"warning: {check.summary()}; training leaves those problems out")
+            self.train_problems = usable_problems(check, self.train_problems)
+        for suite in self.eval_suites:
+            verifier = self.eval_verifier or suite.verifier
+            where = f"eval suite {suite.name}"
+            suite_check = check_golds(self.pool, verifier, suite.problems, where=where)
+            require_golds(suite_check, max_fraction=limit)
+            if suite_check is not None and suite_check.bad:
+                tqdm.write(f"warning: {suite_check.summary()}; they are scored as errors")
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict[str, float]:
@@ -215,7 +244,7 @@ class Trainer:
             k=e.samples,
             params=SamplingParams(self.plan.eval_max_new_tokens, e.temperature, e.top_p, 0),
             seed=derive_seed(self.cfg.run.seed, step, "eval"),
-            verifier=self.cfg.verify.verifier or None,
+            verifier=self.eval_verifier,
         )
         out: dict[str, float] = {}
         for name, metrics in results.items():
