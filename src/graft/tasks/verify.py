@@ -376,6 +376,24 @@ def _check_name(name: str) -> tuple[str, str]:
     return module, attr
 
 
+EXTRACTIONS = ("boxed", "answer_line")
+_ANSWER_LINE_VERIFIER = "graft.tasks.verify:verify_math_answer_line"
+
+
+def verifier_for_extract(name: str, extract: str) -> str:
+    """The verifier that reads answers as `verify.extract` says: `boxed` keeps `name`;
+    `answer_line` turns `math` into `verify_math_answer_line` (other verifiers have no box)."""
+    if extract not in EXTRACTIONS:
+        raise ValueError(f"unknown extraction {extract!r}; use one of {list(EXTRACTIONS)}")
+    if extract == "boxed":
+        return name
+    if name != "math":
+        raise ValueError(
+            f"answer_line applies to the math verifier only (the verifier is {name!r})"
+        )
+    return _ANSWER_LINE_VERIFIER
+
+
 def resolve_verifier(name: str) -> Verifier:
     """The verifier function called `name` (built-in name or import path)."""
     if name in VERIFIERS:
