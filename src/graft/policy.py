@@ -108,11 +108,13 @@ class Policy:
         if spec.rollout.engine == "vllm":
             from graft.rollout.vllm_engine import VLLMEngine
 
+            # The engine takes this model's config and weights (whatever models.N names).
             self.engine = VLLMEngine(
-                spec.model.path,
+                self.model,
+                rollout=spec.rollout,
                 dtype=spec.model.dtype,
-                gpu_memory_utilization=spec.rollout.vllm_gpu_memory,
                 seed=spec.seed,
+                key=f"models.{spec.index}",
             )
 
     # ----------------------------------------------------------------- prompts and tokens
