@@ -222,6 +222,9 @@ class VLLMEngine:
         stop_ids: Sequence[int],
         seed: int,
     ) -> list[Sample]:
+        """One sample per prompt row. The log-probs are the trainer's for the rollout settings the
+        engine was built with; other settings (evaluation) get the same mode's values, which
+        evaluation does not read."""
         for p in prompts:
             if len(p) + params.max_new_tokens > self.max_model_len:
                 raise DataError(
