@@ -286,18 +286,26 @@ def test_gguf_and_tiny_presets_reach_the_engine(standin, tmp_path):
 # ----------------------------------------------------------------------------- on a GPU
 
 
-def _needs_gpu():
+@pytest.fixture
+def gpu():
+    """Skip without CUDA and vLLM; afterwards release the test's engine, so the next can start."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     pytest.importorskip("vllm")
+    yield
+    import gc
+
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    gc.collect()
+    cleanup_dist_env_and_memory()
 
 
 @pytest.mark.gpu
-def test_gpu_engine_builds_on_a_tiny_model():
+def test_gpu_engine_builds_on_a_tiny_model(gpu):
     """Fails on the old engine: it passed max_model_len=8192 for every model, and vLLM refuses a
     value above the config's own limit ("User-specified max_model_len (8192) is greater than the
     derived max_model_len (max_position_embeddings=256 ...)"), so no tiny model got an engine."""
-    _needs_gpu()
     policy = _policy("tiny:llama-char-add")
     assert policy.engine.max_model_len == 256
     gap, _ = _worst_gap(policy, seed=3)
@@ -305,13 +313,12 @@ def test_gpu_engine_builds_on_a_tiny_model():
 
 
 @pytest.mark.gpu
-def test_gpu_logprobs_match_the_policy_after_an_update_on_a_long_prefix():
+def test_gpu_logprobs_match_the_policy_after_an_update_on_a_long_prefix(gpu):
     """Fails on the old engine: step 0 fills vLLM's prefix cache with the 70-token fixed prefix
     (four full 16-token blocks); the old sync loaded new weights but never called
     reset_prefix_cache(), so step 1 reused KV computed with the step-0 weights and its log-probs
     differ from the updated policy's own scoring by far more than 1e-3. (Its sync also reached
     into `llm.llm_engine.model_executor.driver_worker`, which vLLM's V1 engine no longer has.)"""
-    _needs_gpu()
     policy = _policy("tiny:llama-char-add")
     _, rollouts = _worst_gap(policy, seed=3)
     _train_step(policy, rollouts)
@@ -320,12 +327,11 @@ def test_gpu_logprobs_match_the_policy_after_an_update_on_a_long_prefix():
 
 
 @pytest.mark.gpu
-def test_gpu_logprobs_match_the_policy_with_top_k_and_top_p():
+def test_gpu_logprobs_match_the_policy_with_top_k_and_top_p(gpu):
     """Fails on the old engine: it asked for processed log-probs, which vLLM takes after top-k /
     top-p and renormalizes over the kept tokens, so every recorded log-prob is higher than the
     untruncated one the trainer computes by -log(kept mass) (about 0.06 a token with top_k=5 on
     this model: the first minibatch's ratio averaged 0.94 instead of 1)."""
-    _needs_gpu()
     policy = _policy("tiny:llama-char-add", top_k=5, top_p=0.8)
     gap, rollouts = _worst_gap(policy, seed=3)
     assert gap < 1e-3
@@ -336,12 +342,11 @@ def test_gpu_logprobs_match_the_policy_with_top_k_and_top_p():
 
 
 @pytest.mark.gpu
-def test_gpu_grpo_run_with_vllm_tracks_the_native_sampler(tmp_path):
+def test_gpu_grpo_run_with_vllm_tracks_the_native_sampler(gpu, tmp_path):
     """Three GRPO steps through the CLI with vLLM and with graft's own sampler, same seeds.
     Fails on the old engine at construction (max_model_len 8192 over the model's 256); past that,
     its stale prefix cache and processed log-probs would show as ratio means away from 1. The
     samplers draw different random numbers, so rewards and weights agree only within tolerance."""
-    _needs_gpu()
     from graft.rundir import read_metrics
 
     runs = {}
@@ -370,8 +375,8 @@ def test_gpu_grpo_run_with_vllm_tracks_the_native_sampler(tmp_path):
 def test_every_gpu_test_is_marked_and_reasoned():
     """Each gpu test carries the gpu mark and says why it fails on the old engine."""
     module = sys.modules[__name__]
-    gpu = [f for n, f in vars(module).items() if n.startswith("test_gpu_") and callable(f)]
-    assert len(gpu) == 4
-    for f in gpu:
+    on_gpu = [f for n, f in vars(module).items() if n.startswith("test_gpu_") and callable(f)]
+    assert len(on_gpu) == 4
+    for f in on_gpu:
         assert any(m.name == "gpu" for m in getattr(f, "pytestmark", [])), f.__name__
         assert "Fails on the old engine" in (f.__doc__ or ""), f.__name__
