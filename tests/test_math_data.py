@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from graft.config import MathDataConfig, TaskConfig
+from graft.errors import DataError
 from graft.tasks import build_task
 from graft.tasks.math_data import FIXTURE_PATH, MathTask
 from graft.tasks.verify import verify_math
@@ -192,7 +193,7 @@ def test_other_bad_inputs(tmp_path):
     assert "unreadable Parquet" in message and "broken.parquet" in message
 
 
-@pytest.mark.skipif(importlib.util.find_spec("datasets") is not None, reason="datasets installed")
-def test_hub_dataset_without_datasets_package_says_what_to_install():
-    message = error_of(MathDataConfig(train="some-org/some-math-set"), ImportError)
+def test_hub_dataset_without_datasets_package_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed
+    message = error_of(MathDataConfig(train="some-org/some-math-set"), DataError)
     assert "pip install graft-rl[datasets]" in message and "task.math.train" in message

@@ -50,6 +50,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ev.add_argument(
         "--max-new-tokens", type=int, default=0, help="default: the run's limit, else 1024"
     )
+    ev.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=4096,
+        help="prompts longer than this (after the template) are skipped and counted (default 4096)",
+    )
     ev.add_argument("--limit", type=int, default=0, help="first N problems of each suite")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--prompt-template", default="{prompt}", help="for --model")
@@ -103,7 +109,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from graft.evaluate import EvalSettings, evaluate_runs
     from graft.policy import PolicySpec
     from graft.report import write_eval
-    from graft.suites import load_suites
+    from graft.suites import check_suite_golds, drop_long_prompts, load_suites
     from graft.tasks.pool import VerifierPool
 
     results: dict = {"models": {}}
@@ -114,7 +120,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             settings = EvalSettings(
                 args.k, args.runs, args.temperature, args.top_p, max_new, args.seed
             )
-            rollout = dataclasses.replace(cfg.rollout, max_new_tokens=max_new)
+            rollout = dataclasses.replace(
+                cfg.rollout, max_new_tokens=max_new, max_prompt_tokens=args.max_prompt_tokens
+            )
+            suites = check_suite_golds(suites, pool, max_fraction=cfg.verify.max_unparseable_golds)
             spec = PolicySpec(
                 model=dataclasses.replace(model, name="policy"),
                 rollout=rollout,
@@ -123,6 +132,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             )
             backend = InProcessBackend([spec])
             try:
+                length = backend.policies["policy"].prompt_length
+                suites = drop_long_prompts(suites, length, args.max_prompt_tokens)
                 print(f"evaluating {label} on {', '.join(s.name for s in suites)}")
                 result = evaluate_runs(backend, suites, settings, pool=pool)
             finally:

@@ -98,6 +98,9 @@ class MathDataConfig:
     """Split name when `val` is a Hugging Face dataset."""
     subset: str = ""
     """Hugging Face dataset configuration name, if the dataset has several."""
+    revision: str = ""
+    """Hugging Face dataset revision (a commit id, tag or branch) for the hub sources; pin it so
+    that the data cannot change under a run. Empty: the newest."""
     problem_column: str = "problem"
     """Column holding the problem text."""
     answer_column: str = "answer"

@@ -134,7 +134,8 @@ def evaluate_runs(
 ) -> dict[str, Any]:
     """`settings.runs` evaluation runs with different seeds; mean +- std per policy and suite.
 
-    Returns the content of eval.json: settings, and per policy every suite's avg@k / pass@k
+    Returns the content of eval.json: settings (with each suite's dataset, split and revision, and
+    its unusable golds and skipped long prompts), and per policy every suite's avg@k / pass@k
     (mean, std, per-run values), verdict counts summed over runs (and per reason: why the
     `no_answer`, `wrong` and `error` verdicts are so), per-skill avg@k, and the
     unweighted average of avg@k over the suites.
@@ -180,6 +181,7 @@ def evaluate_runs(
             **settings.__dict__,
             "run_seeds": settings.run_seeds(),
             "suites": [s.name for s in suites],
+            "datasets": {s.name: dict(s.source) for s in suites},
         },
         "models": models,
     }

@@ -136,15 +136,23 @@ class Policy:
             )
         return text
 
+    def encode_prompt(self, task_prompt: str) -> tuple[int, ...]:
+        """Token ids of the task prompt in this policy's template (no length limit)."""
+        text = self.prompt_text(task_prompt)
+        # A chat template already holds the special tokens the model expects.
+        return tuple(
+            self.tokenizer.encode(text, add_special_tokens=not self.spec.model.chat_template)
+        )
+
+    def prompt_length(self, task_prompt: str) -> int:
+        """Tokens of the task prompt as this policy sees it (evaluation skips the longest)."""
+        return len(self.encode_prompt(task_prompt))
+
     def prompt_ids(self, task_prompt: str) -> tuple[int, ...]:
         cached = self._prompt_cache.get(task_prompt)
         if cached is not None:
             return cached
-        text = self.prompt_text(task_prompt)
-        # A chat template already holds the special tokens the model expects.
-        ids = tuple(
-            self.tokenizer.encode(text, add_special_tokens=not self.spec.model.chat_template)
-        )
+        ids = self.encode_prompt(task_prompt)
         limit = self.spec.rollout.max_prompt_tokens
         if len(ids) > limit:
             raise DataError(

@@ -8,19 +8,29 @@
     PATH.jsonl, PATH.parquet                 any local file with problem/answer columns
 
 Every suite is judged by its task's verifier (math suites: the strict `math` verifier), the same
-one that scores training rewards.
+one that scores training rewards. Each benchmark is pinned to a dataset revision (`BENCHMARKS`),
+recorded with its split in eval.json (`Suite.source`); a local file is recorded with its SHA-256.
+Local files are read with the run's `task.math` settings (columns, prompt suffix).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
 
 from graft.config import MathDataConfig, TaskConfig
 from graft.configlib import ConfigError
+from graft.errors import DataError
 from graft.tasks import build_task
+from graft.tasks.golds import check_golds, require_golds
 from graft.tasks.math_data import FIXTURE_PATH, load_problems
+from graft.tasks.pool import VerifierPool
 from graft.types import Problem
 
 
@@ -29,6 +39,9 @@ class Suite:
     name: str
     problems: tuple[Problem, ...]
     verifier: str
+    source: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Where the problems came from: dataset (or file), split, revision (or file SHA-256); after
+    `check_suite_golds` / `drop_long_prompts`, how many golds are unusable and prompts skipped."""
 
 
 @dataclass(frozen=True)
@@ -37,15 +50,31 @@ class HubBenchmark:
     split: str
     problem_column: str
     answer_column: str
+    revision: str
+    """The dataset repository's commit that graft reads (a repository can change under a name)."""
     subset: str = ""
 
 
 BENCHMARKS: dict[str, HubBenchmark] = {
-    "math500": HubBenchmark("HuggingFaceH4/MATH-500", "test", "problem", "answer"),
-    "aime2024": HubBenchmark("HuggingFaceH4/aime_2024", "train", "problem", "answer"),
-    "aime2025": HubBenchmark("math-ai/aime25", "test", "problem", "answer"),
-    "amc23": HubBenchmark("math-ai/amc23", "test", "question", "answer"),
-    "minerva": HubBenchmark("math-ai/minervamath", "test", "question", "answer"),
+    "math500": HubBenchmark(
+        "HuggingFaceH4/MATH-500",
+        "test",
+        "problem",
+        "answer",
+        "6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be",
+    ),
+    "aime2024": HubBenchmark(
+        "HuggingFaceH4/aime_2024",
+        "train",
+        "problem",
+        "answer",
+        "2fe88a2f1091d5048c0f36abc874fb997b3dd99a",
+    ),
+    "aime2025": HubBenchmark(
+        "math-ai/aime25", "test", "problem", "answer", "563bb8404243c5f09de6ec262f2db674fe5bce9b"
+    ),
+    "amc23": HubBenchmark("math-ai/amc23", "test", "question", "answer", "80815d3"),
+    "minerva": HubBenchmark("math-ai/minervamath", "test", "question", "answer", "ee46ddc"),
 }
 GROUPS: dict[str, tuple[str, ...]] = {"paper": tuple(BENCHMARKS)}
 
@@ -61,8 +90,11 @@ def load_suites(
     limit: int = 0,
     math: MathDataConfig | None = None,
 ) -> list[Suite]:
-    """Suites by name (see the module docstring); `limit` keeps the first problems of each."""
-    math = math or MathDataConfig()
+    """Suites by name (see the module docstring); `limit` keeps the first problems of each.
+
+    Files are read with `math` (default: the task's `task.math`), whose row limit is not used."""
+    math = math or (task.math if task is not None else MathDataConfig())
+    math = dataclasses.replace(math, limit=0)
     out: list[Suite] = []
     for name in names:
         for member in GROUPS.get(name, (name,)):
@@ -82,15 +114,80 @@ def _load_one(name: str, *, task: TaskConfig | None, limit: int, math: MathDataC
     if name in BENCHMARKS:
         b = BENCHMARKS[name]
         cfg = dataclasses.replace(
-            math, problem_column=b.problem_column, answer_column=b.answer_column, subset=b.subset
+            math,
+            problem_column=b.problem_column,
+            answer_column=b.answer_column,
+            subset=b.subset,
+            revision=b.revision,
         )
-        return Suite(
-            name, _limit(load_problems(b.dataset, b.split, cfg, key=f"suite {name}"), limit), "math"
-        )
+        problems = load_problems(b.dataset, b.split, cfg, key=f"suite {name}")
+        source = {"dataset": b.dataset, "split": b.split, "revision": b.revision}
+        return Suite(name, _limit(problems, limit), "math", source)
     if name == "fixture" or name.endswith((".jsonl", ".parquet")):
         path = FIXTURE_PATH if name == "fixture" else Path(name)
-        problems = load_problems(str(path), "train", math, key=f"suite {name}")
+        # The shipped fixture has the default columns; the run's prompt suffix still applies.
+        cfg = MathDataConfig(suffix=math.suffix) if name == "fixture" else math
+        problems = load_problems(str(path), "train", cfg, key=f"suite {name}")
         label = "fixture" if name == "fixture" else Path(name).stem
-        return Suite(label, _limit(problems, limit), "math")
+        source = {"dataset": str(path), "split": "", "revision": f"sha256:{_sha256(path)}"}
+        return Suite(label, _limit(problems, limit), "math", source)
     known = ", ".join([*BENCHMARKS, *GROUPS, "test", "val", "fixture", "PATH.jsonl"])
     raise ConfigError(f"unknown suite {name!r}; known: {known}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _with_source(suite: Suite, problems: tuple[Problem, ...], **info: Any) -> Suite:
+    return dataclasses.replace(suite, problems=problems, source={**suite.source, **info})
+
+
+def check_suite_golds(
+    suites: Sequence[Suite],
+    pool: VerifierPool,
+    *,
+    max_fraction: float,
+    verifier: str | None = None,
+) -> list[Suite]:
+    """Check every suite's golds (graft.tasks.golds) with its verifier (or `verifier`): refuse a
+    suite above `max_fraction`, report the others' unusable golds, which are kept and scored as
+    `error`; the count goes to `Suite.source["unparseable_golds"]`."""
+    out = []
+    for suite in suites:
+        where = f"suite {suite.name}"
+        check = check_golds(pool, verifier or suite.verifier, suite.problems, where=where)
+        require_golds(check, max_fraction=max_fraction)
+        if check is not None and check.bad:
+            tqdm.write(f"warning: {check.summary()}; they are scored as errors")
+        bad = len(check.bad) if check is not None else 0
+        out.append(_with_source(suite, suite.problems, unparseable_golds=bad))
+    return out
+
+
+def drop_long_prompts(
+    suites: Sequence[Suite], prompt_length: Callable[[str], int], max_tokens: int
+) -> list[Suite]:
+    """Each suite without the problems whose prompt is over `max_tokens` tokens (as the model
+    sees it), so that one long prompt never ends an evaluation; the count goes to
+    `Suite.source["long_prompts_skipped"]` and is reported."""
+    out = []
+    for suite in suites:
+        kept = tuple(p for p in suite.problems if prompt_length(p.prompt) <= max_tokens)
+        skipped = len(suite.problems) - len(kept)
+        if not kept:
+            raise DataError(
+                f"suite {suite.name}: every prompt is longer than {max_tokens} tokens "
+                "(raise --max-prompt-tokens)"
+            )
+        if skipped:
+            tqdm.write(
+                f"warning: suite {suite.name}: {skipped} of {len(suite.problems)} prompts are "
+                f"longer than {max_tokens} tokens and are skipped (--max-prompt-tokens)"
+            )
+        out.append(_with_source(suite, kept, long_prompts_skipped=skipped))
+    return out

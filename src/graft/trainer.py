@@ -38,7 +38,7 @@ from graft.rundir import (
     write_summary,
 )
 from graft.stored_peer import StoredPeer, stored_exchange
-from graft.suites import Suite, load_suites
+from graft.suites import Suite, check_suite_golds, load_suites
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.golds import check_golds, require_golds, usable_problems
 from graft.tasks.pool import VerifierPool
@@ -144,13 +144,9 @@ class Trainer:
         if check is not None and check.bad:
             tqdm.write(f"warning: {check.summary()}; training leaves those problems out")
             self.train_problems = usable_problems(check, self.train_problems)
-        for suite in self.eval_suites:
-            verifier = self.eval_verifier or suite.verifier
-            where = f"eval suite {suite.name}"
-            suite_check = check_golds(self.pool, verifier, suite.problems, where=where)
-            require_golds(suite_check, max_fraction=limit)
-            if suite_check is not None and suite_check.bad:
-                tqdm.write(f"warning: {suite_check.summary()}; they are scored as errors")
+        self.eval_suites = check_suite_golds(
+            self.eval_suites, self.pool, max_fraction=limit, verifier=self.eval_verifier
+        )
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict[str, float]:

@@ -4,7 +4,9 @@ Sources (`task.math.train` / `task.math.test`):
 - `*.jsonl`: one JSON object per line (blank lines are skipped);
 - `*.parquet`: read with pyarrow;
 - anything else: a Hugging Face dataset name, loaded with `datasets.load_dataset(name, subset,
-  split=...)` (needs `pip install graft-rl[datasets]` and a network; never used by the tests).
+  split=..., revision=...)` (needs `pip install graft-rl[datasets]`, and a network or the local
+  cache; the tests serve look-alike local files in its place). A failure to load is one line
+  that names the dataset, split and revision and the way out (the cache, a local file).
 
 Required columns: `problem_column` (text) and `answer_column` (LaTeX or plain text, or a number);
 an optional `skill` column tags problems for per-skill metrics. The task prompt is the problem text
@@ -86,11 +88,21 @@ def _read_hub(name: str, split: str, cfg: MathDataConfig, key: str) -> Iterator[
     try:
         import datasets
     except ImportError:
-        raise ImportError(
+        raise DataError(
             f"{key}={name!r} is not a .jsonl or .parquet file, so it is read as a Hugging Face "
             "dataset, which needs the `datasets` package: pip install graft-rl[datasets]"
         ) from None
-    ds = datasets.load_dataset(name, cfg.subset or None, split=split)
+    revision = cfg.revision or None
+    try:
+        ds = datasets.load_dataset(name, cfg.subset or None, split=split, revision=revision)
+    except Exception as exc:  # offline, unreachable, unknown name / split / revision, ...
+        cause = " ".join(str(exc).split())[:200] or type(exc).__name__
+        at = f" at revision {cfg.revision}" if cfg.revision else ""
+        raise DataError(
+            f"{key}: cannot load Hugging Face dataset {name!r} split {split!r}{at}: {cause}. "
+            "Without a network, use a copy in the local cache (HF_DATASETS_OFFLINE=1) or "
+            "download it elsewhere and pass a local .jsonl/.parquet file"
+        ) from None
     where = f"dataset {name!r} split {split!r}"
     _require_columns(ds.column_names, (cfg.problem_column, cfg.answer_column), where)
     if cfg.limit:
