@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 _E_NOTATION = re.compile(r"(?<![\w\\.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
-_BARE_POINT = re.compile(r"(\d)\.(?!\d)")
+# "1." as a number (Python style, or a period ending the answer); not "0.\\overline{3}".
+_BARE_POINT = re.compile(r"(\d)\.(?=$|[\s/)\],;}*+=-])")
 _NUMPY_CALL = re.compile(r"\bnp\.(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|exp|log|sqrt)\(")
 _MATHRM_CONSTANT = re.compile(r"\\(?:mathrm|operatorname|rm)\s*\{\s*([ei])\s*\}")
 _SUBSCRIPTED_E = re.compile(r"(?<![A-Za-z\\{])E(?=_)")
