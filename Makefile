@@ -13,7 +13,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=68" wheel
+	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 

@@ -7,13 +7,15 @@ addition (200 steps left sampled rewards near 0); 16 prompts "Q: a+b= A:" x 8 sa
 completions per optimizer step, at most 8 new tokens, temperature 1, top-p 1; DAPO token-mean loss,
 clip 0.2 / 0.28, no KL, one pass, one optimizer step per rollout batch; AdamW lr 1e-4 constant (wd
 0.01), grad clip 1.0; reward 1 when the completion's final number equals a+b (graft's
-`final_number`). Step k of both sides sees the same 16 prompts. graft: `Trainer.step` (generation,
-verification in its worker pool, update), store, eval and logging off. TRL: `GRPOTrainer.train()`; a
-callback times each optimizer step (from the end of the previous one, so its data loading is
-included) and, after every block of TRL steps, runs a block of graft steps, so the two alternate and
-share the machine's noise. TRL phases come from wrapping its methods: backward_s is training_step
-minus generation/scoring and compute_loss; clip_optim_s runs from the end of training_step to the
-step's end.
+`final_number`). Step k of both sides sees the same 16 prompts. TRL's effective settings are read
+back from the built trainer and asserted (`TRL_EFFECTIVE`): gradient checkpointing (on by default
+in TRL 1.16), vLLM, Liger, torch.compile, bf16/fp16 and the KL reference model are off. graft:
+`Trainer.step` (generation, verification in its worker pool, update), store, eval and logging
+off. TRL: `GRPOTrainer.train()`; a callback times each optimizer step (from the end of the previous
+one, so its data loading is included) and, after every block of TRL steps, runs a block of graft
+steps, so the two alternate and share the machine's noise. TRL phases come from wrapping its
+methods: backward_s is training_step minus generation/scoring and compute_loss; clip_optim_s runs
+from the end of training_step to the step's end.
 
 `--workload smollm2`: the same comparison with a real small model, SmolLM2-135M-Instruct (Llama
 architecture, 49k BPE vocabulary; the Q4_1 GGUF that examples/real_pair/fetch_gguf.py places,
@@ -206,7 +208,8 @@ def make_trl(
         disable_tqdm=True,
         dataloader_num_workers=0,
         seed=0,
-    )  # gradient checkpointing, vLLM, bf16/fp16 and the KL reference model stay off
+        gradient_checkpointing=False,  # TRL 1.16 defaults to True; graft keeps activations
+    )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trl = GRPOTrainer(
@@ -218,6 +221,7 @@ def make_trl(
         callbacks=[callback],
     )
     trl.remove_callback(PrinterCallback)  # it prints the run's metrics at the end
+    check_trl_settings(trl, wl)
     timed_methods = (
         "_generate", "_calculate_rewards", "_generate_and_score_completions", "compute_loss",
         "training_step",
@@ -225,6 +229,46 @@ def make_trl(
     for name in timed_methods:
         setattr(trl, name, timed(name, getattr(trl, name)))
     return trl, log
+
+
+TRL_EFFECTIVE = {
+    # TRL's own defaults that would make its step do other work than graft's, read back from the
+    # trainer as built (not from what was passed): all must hold for a like-for-like comparison.
+    "gradient_checkpointing": False,
+    "use_vllm": False,
+    "use_liger_kernel": False,
+    "torch_compile": False,
+    "bf16": False,
+    "fp16": False,
+    "beta": 0.0,
+    "num_iterations": 1,
+    "steps_per_generation": 1,
+    "gradient_accumulation_steps": 1,
+    "loss_type": "dapo",
+    "scale_rewards": "group",
+    "importance_sampling_level": "token",
+    "top_entropy_quantile": 1.0,
+    "cast_lm_head_to_fp32": False,
+    "use_transformers_paged": False,
+    "mask_truncated_completions": False,
+}
+
+
+def check_trl_settings(trl: Any, wl: Workload) -> dict[str, Any]:
+    """Assert TRL's effective settings are the ones this benchmark claims; returns them."""
+    got = {key: getattr(trl.args, key) for key in TRL_EFFECTIVE}
+    got["generation_batch_size"] = trl.args.generation_batch_size
+    got["model.is_gradient_checkpointing"] = bool(trl.model.is_gradient_checkpointing)
+    got["ref_model"] = trl.ref_model is not None
+    want = {
+        **TRL_EFFECTIVE,
+        "generation_batch_size": wl.prompts * wl.group,
+        "model.is_gradient_checkpointing": False,
+        "ref_model": False,
+    }
+    wrong = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+    assert not wrong, f"TRL settings differ from the claimed workload (got, want): {wrong}"
+    return got
 
 
 def main() -> None:

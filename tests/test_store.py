@@ -192,8 +192,12 @@ def test_bad_files_are_reported_by_name_and_the_rest_stays_readable(tmp_path, ca
     assert "step_00000099.parquet" in names and "notes.txt" in names
     assert "step_00000098.parquet" in names
     assert report.rows == 36
-    assert store.scan().num_rows == 36
-    assert len(store.problems) == 2
+    with pytest.raises(StoreError, match=r"step_00000098\.parquet"):
+        store.scan()  # a strict store never skips a damaged shard
+    skipped = []
+    lenient = TrajectoryStore(str(uri), strict=False, on_damage=lambda p, _: skipped.append(p))
+    assert lenient.scan().num_rows == 36
+    assert len(lenient.problems) == 2 and len(skipped) == 2
     assert main(["store", "validate", str(uri)]) == 1
     out = capsys.readouterr().out
     assert "step_00000099.parquet" in out and "notes.txt" in out

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 EPILOG = """examples:
   graft train configs/grpo_tiny.yaml --set algo.clip_high=0.28 --set rollout.group_size=8
@@ -17,8 +18,15 @@ EPILOG = """examples:
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors as one line, `graft: error: ...`, exit code 2 (like every user error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"graft: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="graft",
         description="RLVR for language models: GRPO and GRAFT (peer-trajectory exchange).",
         epilog=EPILOG,
@@ -44,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--out", help="run directory (overrides run.out_dir)")
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a run directory that holds a run: the old run is moved aside to "
+        "RUN_DIR.old-N (never deleted)",
     )
 
     config = sub.add_parser("config", help="print the resolved config, or document every key")
@@ -99,17 +113,31 @@ def _load(config_path: str | None, overrides: Sequence[str], out: str | None = N
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from graft.configlib import ConfigError
+    from graft.rundir import move_aside, refuse_reuse, same_models
     from graft.trainer import train
 
     if args.resume:
         run_dir = Path(args.resume)
+        for flag, given in (("a config file", args.config), ("--out", args.out)):
+            if given:
+                raise ConfigError(
+                    f"--resume {run_dir} reads the run's own config.yaml; do not pass {flag} "
+                    f"({given})"
+                )
+        if args.overwrite:
+            raise ConfigError("--resume continues a run and --overwrite moves it aside; pick one")
         if not (run_dir / "config.yaml").is_file():
             raise FileNotFoundError(f"--resume {run_dir}: no config.yaml in that directory")
-        if args.config:
-            raise ValueError("--resume reads the run's own config.yaml; do not pass a config file")
         cfg = _load(str(run_dir / "config.yaml"), args.overrides, str(run_dir))
+        same_models(_load(str(run_dir / "config.yaml"), ()), cfg, run_dir)
     else:
         cfg = _load(args.config, args.overrides, args.out)
+        run_dir = Path(cfg.run.out_dir)
+        if not args.overwrite:
+            refuse_reuse(run_dir)
+        elif (aside := move_aside(run_dir)) is not None:
+            print(f"moved the previous run in {run_dir} to {aside}", file=sys.stderr)
     result = train(cfg, resume=bool(args.resume))
     _print_summary(result.run_dir, result.final_metrics)
     return 0
@@ -140,6 +168,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_tiny(args: argparse.Namespace) -> int:
+    from graft.configlib import ConfigError
     from graft.models.tiny import TINY_PRESETS, build_tiny
 
     if args.tiny_command == "list":
@@ -149,7 +178,7 @@ def cmd_tiny(args: argparse.Namespace) -> int:
             )
         return 0
     if args.preset not in TINY_PRESETS:
-        raise ValueError(f"unknown tiny preset {args.preset!r}; known: {', '.join(TINY_PRESETS)}")
+        raise ConfigError(f"unknown tiny preset {args.preset!r}; known: {', '.join(TINY_PRESETS)}")
     print(build_tiny(args.preset, progress=True))
     return 0
 
@@ -175,7 +204,8 @@ def cmd_store(args: argparse.Namespace) -> int:
 
     from graft.store import TrajectoryStore
 
-    store = TrajectoryStore(args.path)
+    # info and validate list every damaged shard (and exit 1); export refuses to skip one
+    store = TrajectoryStore(args.path, strict=args.store_command == "export")
     if args.store_command == "info":
         info = store.info()
         if args.json:
@@ -194,7 +224,12 @@ def cmd_store(args: argparse.Namespace) -> int:
             )
         for path, why in info["problems"]:
             print(f"  problem: {path}: {why}")
-        return 0
+        if info["problems"]:
+            print(
+                f"NOT OK: {len(info['problems'])} damaged or foreign files left out of the counts "
+                f"(see `graft store validate {args.path}`)"
+            )
+        return 1 if info["problems"] else 0
     if args.store_command == "validate":
         report = store.validate()
         for path, why in report.problems:
@@ -206,15 +241,18 @@ def cmd_store(args: argparse.Namespace) -> int:
             f"{report.rows} rows, {len(report.problems)} problem files"
         )
         return 0 if report.ok else 1
-    table = store.scan(models=args.model)
-    out = open(args.out, "w") if args.out else sys.stdout  # noqa: SIM115
+    table = store.scan(models=args.model)  # read whole before any output: all rows or none
+    tmp = Path(f"{args.out}.tmp") if args.out else None
+    out = tmp.open("w") if tmp else sys.stdout
     try:
         for batch in table.to_batches(max_chunksize=1024):
             for row in batch.to_pylist():
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
     finally:
-        if args.out:
+        if tmp:
             out.close()
+    if tmp:
+        os.replace(tmp, args.out)
     return 0
 
 
@@ -243,7 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except user_errors() as err:
-        print(f"graft: error: {err}", file=sys.stderr)
+        print(f"graft: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line
+        return 2
+    except OSError as err:
+        from graft.rundir import is_disk_full
+
+        if not is_disk_full(err):
+            raise
+        where = err.filename or " ".join(str(err).split())
+        print(f"graft: error: no space left on device writing {where}", file=sys.stderr)
         return 2
 
 

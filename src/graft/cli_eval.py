@@ -69,13 +69,63 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     plot.add_argument("--out", default="curves.png", help="PNG file (default curves.png)")
 
 
+def _unique_labels(paths: list[str]) -> list[str]:
+    """Each path's folder name, lengthened by parent folders where two would share one
+    (two checkpoints of one policy: `step_000020/llama`, `step_000040/llama`)."""
+    labels = []
+    for path in paths:
+        if path.startswith("tiny:"):
+            labels.append(path)
+            continue
+        parts = Path(path).parts
+        depth = 1
+        while depth < len(parts) and any(
+            Path(other).parts[-depth:] == parts[-depth:] for other in paths if other != path
+        ):
+            depth += 1
+        labels.append("/".join(parts[-depth:]))
+    return labels
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from graft.configlib import ConfigError
+
+    for flag, value, least in (
+        ("--k", args.k, 1),
+        ("--runs", args.runs, 1),
+        ("--workers", args.workers, 1),
+        ("--limit", args.limit, 0),
+        ("--max-new-tokens", args.max_new_tokens, 0),
+    ):
+        if value < least:
+            raise ConfigError(f"graft eval {flag}: must be at least {least}, got {value}")
+    if len(set(args.model)) != len(args.model):
+        raise ConfigError(f"graft eval --model: a path is given twice ({args.model})")
+
+
+def _check_targets(targets: list, baseline: str | None) -> None:
+    """Every target on the same suites (one table), and the baseline among them."""
+    from graft.configlib import ConfigError
+
+    suites = {label: list(names) for label, _, _, names, _ in targets}
+    if len({tuple(v) for v in suites.values()}) > 1:
+        raise ConfigError(
+            f"graft eval: the targets have different eval suites ({suites}); pass --suite to "
+            f"evaluate them all on the same suites"
+        )
+    if baseline is not None and baseline not in suites:
+        raise ConfigError(
+            f"graft eval --baseline {baseline!r}: not among the targets {list(suites)}"
+        )
+
+
 def _targets(args: argparse.Namespace):
     """(label, ModelConfig, config, suites, default max_new_tokens) for every model."""
     from graft.config import Config, ModelConfig, load_config
     from graft.rundir import latest_checkpoint
 
     targets = []
-    for path in args.model:
+    for path, label in zip(args.model, _unique_labels(args.model)):
         cfg = load_config(Config, args.config) if args.config else Config()
         model = ModelConfig(
             name="model",
@@ -83,7 +133,6 @@ def _targets(args: argparse.Namespace):
             prompt_template=args.prompt_template,
             chat_template=args.chat_template,
         )
-        label = Path(path).name if not path.startswith("tiny:") else path
         targets.append((label, model, cfg, args.suite or list(cfg.eval.suites), 1024))
     for run in args.run:
         run_dir = Path(run)
@@ -100,7 +149,10 @@ def _targets(args: argparse.Namespace):
                     model = dataclasses.replace(m, path=str(ckpt), tokenizer="")
                     targets.append((f"{run_dir.name}/{m.name}/{tag}", model, cfg, suites, limit))
     if not targets:
-        raise ValueError("graft eval: give --model or --run")
+        from graft.configlib import ConfigError
+
+        raise ConfigError("graft eval: give --model or --run")
+    _check_targets(targets, args.baseline)
     return targets
 
 
@@ -112,10 +164,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from graft.suites import check_suite_golds, drop_long_prompts, load_suites
     from graft.tasks.pool import VerifierPool
 
+    _check_args(args)
+    targets = _targets(args)
+    loaded = [load_suites(t[3], task=t[2].task, limit=args.limit) for t in targets]
     results: dict = {"models": {}}
     with VerifierPool(workers=args.workers) as pool:
-        for label, model, cfg, suite_names, default_limit in _targets(args):
-            suites = load_suites(suite_names, task=cfg.task, limit=args.limit)
+        for (label, model, cfg, _, default_limit), suites in zip(targets, loaded):
             max_new = args.max_new_tokens or default_limit
             settings = EvalSettings(
                 args.k, args.runs, args.temperature, args.top_p, max_new, args.seed
@@ -138,8 +192,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 result = evaluate_runs(backend, suites, settings, pool=pool)
             finally:
                 backend.close()
-            results["settings"] = result["settings"]
-            results["models"][label] = result["models"]["policy"]
+            results.setdefault("settings", result["settings"])
+            results["models"][label] = {
+                **result["models"]["policy"],
+                "settings": result["settings"],
+            }
     out = Path(args.out) if args.out else (Path(args.run[0]) / "eval" if args.run else Path("eval"))
     table = write_eval(out, results, baseline=args.baseline)
     print(table)

@@ -303,6 +303,9 @@ class ExchangeConfig:
     step number as the receiver's current step, or the one at `peer_step`."""
     peer_step: int = 0
     """Stored mode with peer_records=step: the step whose records are used."""
+    skip_damaged_shards: bool = False
+    """Stored mode: skip a damaged shard of the peer's store (a warning for each, counted in
+    `stored/damaged_shards`) instead of stopping with an error that names it."""
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,10 @@ def load_config(
         try:
             loaded = yaml.safe_load(path.read_text())
         except yaml.YAMLError as err:
-            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+            where = getattr(err, "problem_mark", None)
+            at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+            cause = getattr(err, "problem", None) or " ".join(str(err).split())
+            raise ConfigError(f"config file {path} is not valid YAML{at}: {cause}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping")
         data = loaded or {}

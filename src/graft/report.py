@@ -32,10 +32,15 @@ def markdown_table(result: Mapping[str, Any], *, baseline: str | None = None) ->
             cells.append("—" if name == baseline else f"{100 * delta:+.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     s = result["settings"]
+    limits = {name: m.get("settings", s)["max_new_tokens"] for name, m in models.items()}
+    tokens = (
+        f"{s['max_new_tokens']} new tokens"
+        if len(set(limits.values())) <= 1
+        else "new tokens " + ", ".join(f"{name} {n}" for name, n in limits.items())
+    )
     note = (
         f"\n{key} in percent (pass@1 as the mean over k = {k} samples), mean ± std over "
-        f"{s['runs']} runs; temperature {s['temperature']}, top-p {s['top_p']}, "
-        f"{s['max_new_tokens']} new tokens."
+        f"{s['runs']} runs; temperature {s['temperature']}, top-p {s['top_p']}, {tokens}."
     )
     return "\n".join(lines) + "\n" + note + "\n"
 

@@ -8,18 +8,25 @@
     RUN_DIR/tensorboard/         event files, when tensorboard is installed
 
 A checkpoint is written into a temporary folder and renamed when complete, so a crash never
-leaves a checkpoint that resume would read half-written.
+leaves a checkpoint that resume would read half-written. A resume still checks every file of the
+newest checkpoint and falls back to the newest intact one, naming what is damaged.
+
+A directory that holds a run is never reused implicitly: a new run there needs `--overwrite`,
+which moves the old run aside (`RUN_DIR.old-N`) rather than deleting it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import random
 import shutil
+import struct
 import time
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +35,66 @@ import torch
 import yaml
 
 from graft.config import Config, to_dict
+from graft.errors import DataError
 
 CHECKPOINT_PREFIX = "step_"
+RUN_FILES = ("config.yaml", "metrics.jsonl", "run.json", "checkpoints", "trajectories")
+"""What makes a directory hold a run (any one of them)."""
+
+
+def holds_run(run_dir: Path) -> bool:
+    return any((run_dir / name).exists() for name in RUN_FILES)
+
+
+def refuse_reuse(run_dir: Path) -> None:
+    """Raise when `run_dir` holds a run: a new run never writes over an old one implicitly."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise DataError(f"run directory {run_dir}: is a file, not a directory")
+    if holds_run(run_dir):
+        raise DataError(
+            f"run directory {run_dir} already holds a run; continue it with --resume {run_dir}, "
+            f"move it aside with --overwrite, or choose another --out"
+        )
+
+
+def move_aside(run_dir: Path) -> Path | None:
+    """Rename a directory that holds a run to the first free `RUN_DIR.old-N`; returns the new
+    name (None when there was no run to move)."""
+    if not holds_run(run_dir):
+        return None
+    n = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.old-{n}")).exists():
+        n += 1
+    os.replace(run_dir, aside)
+    return aside
+
+
+def same_models(saved: Config, wanted: Config, run_dir: Path) -> None:
+    """A resume continues the checkpoint's models: refuse a config whose models differ from the
+    ones the run was trained with (before any model is loaded or any file written)."""
+    if len(saved.models) != len(wanted.models):
+        raise DataError(
+            f"models: the run in {run_dir} trains {len(saved.models)} models; a resume cannot "
+            f"change that (got {len(wanted.models)})"
+        )
+    for i, (old, new) in enumerate(zip(saved.models, wanted.models)):
+        for key in ("name", "path", "tokenizer"):
+            if getattr(old, key) != getattr(new, key):
+                raise DataError(
+                    f"models.{i}.{key}: the run in {run_dir} was trained with "
+                    f"{getattr(old, key)!r}; a resume cannot change it (got {getattr(new, key)!r})"
+                )
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """An OSError ENOSPC, or torch's zip writer failing mid-file (which it reports without
+    errno: `[enforce fail at inline_container.cc] . unexpected pos ...`)."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)
+    return "No space left on device" in text or (
+        "inline_container" in text and ("unexpected pos" in text or "file write failed" in text)
+    )
 
 
 def write_json(path: Path, body: Any) -> None:
@@ -64,6 +129,99 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
 def latest_checkpoint(run_dir: Path) -> Path | None:
     dirs = checkpoint_dirs(run_dir)
     return dirs[-1] if dirs else None
+
+
+def _safetensors_problem(path: Path) -> str:
+    """'' when the header parses and the file is as long as the header says."""
+    with path.open("rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            return "truncated (no header)"
+        (size,) = struct.unpack("<Q", raw)
+        if size > path.stat().st_size:
+            return "truncated (header longer than the file)"
+        try:
+            header = json.loads(f.read(size))
+            tensors = [v for k, v in header.items() if k != "__metadata__"]
+            end = max((int(v["data_offsets"][1]) for v in tensors), default=0)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            return "unreadable header"
+    if path.stat().st_size < 8 + size + end:
+        return f"truncated ({path.stat().st_size} bytes, the header needs {8 + size + end})"
+    return ""
+
+
+def _zip_problem(path: Path) -> str:
+    """'' when torch's zip container is complete and every record matches its checksum."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"truncated or not a torch file ({err})"
+    return f"record {bad} fails its checksum" if bad else ""
+
+
+def _json_problem(path: Path) -> str:
+    try:
+        json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        return f"unreadable JSON ({err})"
+    return ""
+
+
+CHECKS: dict[str, Callable[[Path], str]] = {
+    "model.safetensors": _safetensors_problem,
+    "optimizer.pt": _zip_problem,
+    "policy_state.json": _json_problem,
+}
+
+
+def checkpoint_problems(checkpoint: Path, policies: list[str]) -> list[str]:
+    """Every missing or damaged file of a checkpoint, as 'PATH: why' (empty: intact)."""
+    out = []
+    state = checkpoint / "trainer_state.json"
+    if why := _json_problem(state):
+        out.append(f"{state}: {why}")
+    for name in policies:
+        for file, check in CHECKS.items():
+            path = checkpoint / name / file
+            why = "missing" if not path.is_file() else check(path)
+            if why:
+                out.append(f"{path}: {why}")
+    return out
+
+
+def intact_checkpoint(
+    run_dir: Path, policies: list[str], warn: Callable[[str], None]
+) -> tuple[Path, list[Path]]:
+    """(the newest checkpoint whose files are all present and readable, the damaged newer ones).
+    Each damaged one is reported through `warn` by file name. Raises DataError when none is
+    intact."""
+    dirs = checkpoint_dirs(run_dir)
+    if not dirs:
+        raise DataError(f"--resume {run_dir}: no complete checkpoint in {run_dir / 'checkpoints'}")
+    damaged: list[Path] = []
+    first = ""
+    for checkpoint in reversed(dirs):
+        problems = checkpoint_problems(checkpoint, policies)
+        if not problems:
+            if damaged:
+                warn(f"resuming from the intact checkpoint {checkpoint.name} instead")
+            return checkpoint, damaged
+        damaged.append(checkpoint)
+        first = first or problems[0]
+        warn(f"checkpoint {checkpoint.name} is damaged: {'; '.join(problems)}")
+    raise DataError(f"--resume {run_dir}: no intact checkpoint; the newest is damaged: {first}")
+
+
+def set_aside(checkpoint: Path) -> Path:
+    """Rename a damaged checkpoint out of resume's way (`damaged-step_N`), keeping its files."""
+    n, target = 0, checkpoint.with_name(f"damaged-{checkpoint.name}")
+    while target.exists():
+        n += 1
+        target = checkpoint.with_name(f"damaged-{checkpoint.name}.{n}")
+    os.replace(checkpoint, target)
+    return target
 
 
 def rng_state() -> dict[str, Any]:
@@ -134,13 +292,14 @@ class MetricsLog:
 
     def _truncate_from(self, step: int) -> None:
         """On resume from a checkpoint taken after `step` steps, drop the records of later steps
-        (they will be run again)."""
+        (they will be run again), and a torn final line (a crash mid-write)."""
         if not self.path.exists():
             return
-        kept = []
-        for line in self.path.read_text().splitlines():
-            if line.strip() and json.loads(line).get("step", 0) <= step:
-                kept.append(line)
+        kept = [
+            line
+            for line, record in _records(self.path, warn=_warn)
+            if record.get("step", 0) <= step
+        ]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(k + "\n" for k in kept))
         os.replace(tmp, self.path)
@@ -198,6 +357,36 @@ def write_summary(
     os.replace(tmp, run_dir / "summary.json")
 
 
+def _warn(message: str) -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"warning: {message}")
+
+
+def _records(
+    path: Path, *, warn: Callable[[str], None] = _warn
+) -> list[tuple[str, dict[str, Any]]]:
+    """(line, record) of a metrics log. A torn final line is dropped with a warning; any other
+    unreadable line is an error naming the file and line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    out = []
+    numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
+    for pos, (line_no, line) in enumerate(numbered):
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            if pos == len(numbered) - 1:
+                warn(f"{path}: dropped the torn last line {line_no} (an interrupted write)")
+                break
+            raise DataError(f"{path}: unreadable JSON on line {line_no}: {err}") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}: line {line_no} is not a JSON object")
+        out.append((line, record))
+    return out
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [record for _, record in _records(Path(run_dir) / "metrics.jsonl")]

@@ -5,6 +5,8 @@ Each step, the peer's group for every prompt of the receiver's batch is looked u
 its responses are RE-VERIFIED with the receiver's verifier against the receiver's gold answer,
 advantages are recomputed from those rewards, and the same gate, weights and update apply, in one
 direction, without balancing. A prompt without a peer record simply gets no transfer (counted).
+A damaged shard stops the run with an error naming it, unless `exchange.skip_damaged_shards` is
+set: then it is skipped, with a warning for each and the count in `stored/damaged_shards`.
 """
 
 from __future__ import annotations
@@ -18,18 +20,27 @@ from graft.configlib import ConfigError
 from graft.exchange import Selection, gate
 from graft.groups import make_groups
 from graft.peer import ExchangeOutcome, exchange_groups
-from graft.store import TrajectoryStore
+from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Group, Problem, Rollout
 
 NEEDS_SOURCE_LOGPROBS = ("paper", "per_byte")
+SKIP_HINT = "set exchange.skip_damaged_shards=true to train on without it"
 
 
 class StoredPeer:
     def __init__(self, cfg: ExchangeConfig) -> None:
         self.cfg = cfg
-        self.store = TrajectoryStore(cfg.store)
-        info = self.store.info()
+        self.damaged: list[str] = []
+        try:
+            self.store = TrajectoryStore(
+                cfg.store, strict=not cfg.skip_damaged_shards, on_damage=self._skipped
+            )
+            info = self.store.info()
+        except DamagedShardError as err:
+            raise DamagedShardError(f"exchange.store: {err}; {SKIP_HINT}") from None
+        except StoreError as err:
+            raise StoreError(f"exchange.store: {err}") from None
         models = sorted(info["models"])
         if cfg.peer_model:
             if cfg.peer_model not in info["models"]:
@@ -53,6 +64,12 @@ class StoredPeer:
                 f"none)"
             )
 
+    def _skipped(self, path: str, why: str) -> None:
+        from tqdm.auto import tqdm
+
+        self.damaged.append(path)
+        tqdm.write(f"warning: exchange.skip_damaged_shards: skipped {why}")
+
     def _step_filter(self, step: int) -> int | None:
         if self.cfg.peer_records == "same_step":
             return step
@@ -61,15 +78,26 @@ class StoredPeer:
         return None
 
     def source_groups(
-        self, problems: Sequence[Problem], *, step: int, pool: VerifierPool, verifier: str
+        self,
+        problems: Sequence[Problem],
+        *,
+        step: int,
+        pool: VerifierPool,
+        verifier: str,
+        adv_mode: str = "grpo",
+        adv_eps: float = 1e-6,
     ) -> tuple[list[Group], dict[str, float]]:
-        """The peer's groups aligned with `problems` (an empty group where none is stored)."""
-        records = self.store.lookup(
-            [p.id for p in problems],
-            model=self.model,
-            run_id=self.run_id,
-            step=self._step_filter(step),
-        )
+        """The peer's groups aligned with `problems` (an empty group where none is stored), their
+        advantages from the re-verified rewards under the run's `algo.advantage` / `adv_eps`."""
+        try:
+            records = self.store.lookup(
+                [p.id for p in problems],
+                model=self.model,
+                run_id=self.run_id,
+                step=self._step_filter(step),
+            )
+        except DamagedShardError as err:
+            raise DamagedShardError(f"exchange.store: {err}; {SKIP_HINT}") from None
         found = [p for p in problems if p.id in records]
         items = [(verifier, row["response"], p.gold) for p in found for row in records[p.id]]
         verdicts_flat = pool.verify(items) if items else []
@@ -82,7 +110,11 @@ class StoredPeer:
             changed += sum(v.reward != row["reward"] for v, row in zip(vs, rows))
             rollouts.append(Rollout(p, self.name, (), tuple(_completion(r) for r in rows)))
             verdicts.append(vs)
-        regrouped = {g.problem.id: g for g in make_groups(rollouts, verdicts)} if found else {}
+        regrouped = (
+            {g.problem.id: g for g in make_groups(rollouts, verdicts, mode=adv_mode, eps=adv_eps)}
+            if found
+            else {}
+        )
         groups = [regrouped.get(p.id) or _empty_group(p, self.name) for p in problems]
         metrics = {
             "stored/prompts_found": float(len(found)),
@@ -92,6 +124,7 @@ class StoredPeer:
             "stored/reward_mean": (
                 sum(v.reward for v in verdicts_flat) / len(verdicts_flat) if verdicts_flat else 0.0
             ),
+            "stored/damaged_shards": float(len(self.damaged)),
         }
         return groups, metrics
 
@@ -130,7 +163,9 @@ def stored_exchange(
 ) -> ExchangeOutcome:
     """One direction, stored peer -> receiver: gate, no balancing, same weights and update."""
     problems = [g.problem for g in receiver_groups]
-    source, stored_metrics = peer.source_groups(problems, step=step, pool=pool, verifier=verifier)
+    source, stored_metrics = peer.source_groups(
+        problems, step=step, pool=pool, verifier=verifier, adv_mode=adv_mode, adv_eps=adv_eps
+    )
     candidates = gate(receiver_groups, source)
     selection = Selection(peer.name, receiver, candidates=candidates, selected=candidates)
     outcome = exchange_groups(

@@ -9,6 +9,7 @@ policy), never carried in hidden state, so `graft train --resume` continues exac
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from tqdm.auto import tqdm
 
 from graft.backends import Backend, make_backend, resolve_backend
 from graft.config import Config, ConfigError, Plan, make_plan
+from graft.errors import DataError
 from graft.evaluate import evaluate_once
 from graft.groups import group_metrics, make_groups
 from graft.peer import AdmissionMonitor, ExchangeOutcome, no_exchange, online_exchange
@@ -27,16 +29,20 @@ from graft.rollout import SamplingParams
 from graft.rundir import (
     MetricsLog,
     begin_checkpoint,
+    checkpoint_dirs,
     commit_checkpoint,
-    latest_checkpoint,
+    intact_checkpoint,
+    is_disk_full,
     read_best,
     read_trainer_state,
     save_best,
+    set_aside,
     set_rng_state,
     write_config,
     write_json,
     write_summary,
 )
+from graft.store import check_store_target
 from graft.stored_peer import StoredPeer, stored_exchange
 from graft.suites import Suite, check_suite_golds, load_suites
 from graft.tasks import Task, build_task, prompt_batch
@@ -45,6 +51,10 @@ from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import resolve_verifier, verifier_for_extract
 from graft.types import Group, Rollout
+
+
+class DiskFullError(DataError):
+    """The disk filled up while writing; the message says so and names the path."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,8 @@ def namespaced(name: str, metrics: Mapping[str, float], *, multi: bool) -> dict[
 class Trainer:
     def __init__(self, cfg: Config, *, backend: Backend | None = None) -> None:
         self.cfg = cfg
+        if cfg.store.enabled:  # before any model loads or any file is written
+            check_store_target(cfg.store.path or str(Path(cfg.run.out_dir) / "trajectories"))
         self.plan: Plan = make_plan(cfg)
         self.task: Task = build_task(cfg.task)
         self.train_problems = self.task.train_problems()
@@ -270,29 +282,51 @@ class Trainer:
         if self.recorder is not None:
             self.recorder.flush()  # a checkpoint implies the store holds every earlier step
         tmp = begin_checkpoint(run_dir, next_step)
-        self.backend.save(tmp)
-        commit_checkpoint(
-            run_dir,
-            tmp,
-            next_step,
-            keep=self.cfg.run.keep_checkpoints,
-            extra={"policies": self.names},
-        )
+        try:
+            self.backend.save(tmp)
+            commit_checkpoint(
+                run_dir,
+                tmp,
+                next_step,
+                keep=self.cfg.run.keep_checkpoints,
+                extra={"policies": self.names},
+            )
+        except Exception as err:
+            if not is_disk_full(err):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # the earlier checkpoints stay intact
+            raise DiskFullError(
+                f"no space left on device while writing checkpoint {tmp}; free space and "
+                f"continue with --resume {run_dir}"
+            ) from None
 
     def restore(self, run_dir: Path) -> int:
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
+        """Load the newest intact checkpoint (0 when the run has none yet). A damaged newer one
+        is named and skipped; a checkpoint that does not fit the models is an error."""
+        if not checkpoint_dirs(run_dir):
             return 0
+        checkpoint, damaged = intact_checkpoint(
+            run_dir, list(self.names), lambda m: tqdm.write(f"warning: {m}")
+        )
         state = read_trainer_state(checkpoint)
-        self.backend.load(checkpoint)
+        try:
+            self.backend.load(checkpoint)
+        except Exception as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigError(
+                f"--resume {run_dir}: checkpoint {checkpoint.name} does not fit the configured "
+                f"models: {first}"
+            ) from None
+        for old in damaged:  # out of resume's way, and out of the count of kept checkpoints
+            tqdm.write(f"warning: moved the damaged checkpoint {old.name} to {set_aside(old).name}")
         set_rng_state(state["rng"])
         return int(state["next_step"])
 
     # ------------------------------------------------------------------ the run
     def run(self, run_dir: Path, *, resume: bool = False) -> RunResult:
         cfg = self.cfg
+        start = self.restore(run_dir) if resume else 0  # checked before anything is written
         write_config(run_dir, cfg)
-        start = self.restore(run_dir) if resume else 0
         self.best = read_best(run_dir) if resume else {}
         workers = self.backend.describe()
         write_json(run_dir / "workers.json", workers)

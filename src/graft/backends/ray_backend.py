@@ -17,6 +17,7 @@ from typing import Any
 from graft.backends import Then
 from graft.backends.processes import PolicyWorkerError
 from graft.backends.remote import Answers, RemoteBackend
+from graft.configlib import ConfigError
 from graft.policy import Policy, PolicySpec
 
 
@@ -41,15 +42,30 @@ class PolicyActor:
         return getattr(self.policy, method)(*args, **kwargs)
 
 
+def _check_local_cpus(specs: Sequence[PolicySpec], cpus: Sequence[float]) -> None:
+    """A local Ray cluster has this machine's cores; actors that reserve more would wait forever
+    (Ray only logs that), so say why and stop before starting it."""
+    cores = os.cpu_count() or 1
+    if sum(cpus) > cores:
+        asked = ", ".join(f"{s.model.name}: {c:g}" for s, c in zip(specs, cpus))
+        raise ConfigError(
+            f"run.threads / models.N.num_cpus: the Ray actors reserve {sum(cpus):g} CPUs ({asked}) "
+            f"but this machine has {cores}; lower run.threads (0 shares the cores) or "
+            f"models.N.num_cpus"
+        )
+
+
 class RayBackend(RemoteBackend):
     def __init__(self, specs: Sequence[PolicySpec], *, strategy: str = "none") -> None:
+        options = [self._resources(s) for s in specs]
+        if not os.environ.get("RAY_ADDRESS"):
+            _check_local_cpus(specs, [o["num_cpus"] for o in options])
         ray = self.ray = _import_ray()
         if not ray.is_initialized():
             # RAY_ADDRESS, when set, makes this connect to that cluster instead of starting one.
             ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
         self.names = tuple(s.model.name for s in specs)
         self._pg = None
-        options = [self._resources(s) for s in specs]
         if strategy != "none":
             from ray.util.placement_group import placement_group
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

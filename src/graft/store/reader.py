@@ -1,7 +1,8 @@
 """Reading a trajectory store: listing, validation, filtered scans, lookups by prompt id.
 
-Every problem file (a foreign file, a corrupt shard, a write that never finished) is reported by
-name and skipped; the rest of the store stays readable. A shard written by a NEWER schema than this
+A damaged shard is never skipped silently: a strict store (the default) raises an error naming it;
+with `strict=False` it is skipped, recorded in `problems` and passed to `on_damage`. Foreign files
+and writes that never finished are listed and ignored. A shard written by a NEWER schema than this
 code knows is refused with an error, never misread.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,10 @@ _SHARD = re.compile(r"shards/run=([^/]+)/model=([^/]+)/step_(\d{8})\.parquet$")
 
 class StoreError(DataError):
     """A store that cannot be used as asked; the message names the path."""
+
+
+class DamagedShardError(StoreError):
+    """A shard that cannot be read whole (truncated, corrupt, inconsistent)."""
 
 
 class StoreSchemaError(StoreError):
@@ -56,8 +61,17 @@ class Report:
 
 
 class TrajectoryStore:
-    def __init__(self, uri: str, *, cache_shards: int = 8) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        cache_shards: int = 8,
+        strict: bool = True,
+        on_damage: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.uri = uri
+        self.strict = strict
+        self.on_damage = on_damage
         self.fs, self.root = open_filesystem(uri)
         marker = self.fs.get_file_info(f"{self.root}/store.json")
         if marker.type != pa.fs.FileType.File:
@@ -129,18 +143,33 @@ class TrajectoryStore:
             )
         if missing:
             raise StoreError(f"{rel}: missing columns {missing}")
+        if "token_ids" in table.column_names and "logprobs" in table.column_names:
+            num_logprobs = pc.list_value_length(table["logprobs"])
+            lengths_ok = pc.all(  # records imported without log-probs have none at all
+                pc.or_(
+                    pc.equal(num_logprobs, 0),
+                    pc.equal(pc.list_value_length(table["token_ids"]), num_logprobs),
+                )
+            )
+            if table.num_rows and not lengths_ok.as_py():
+                raise StoreError(f"{rel}: damaged shard (token_ids and logprobs differ in length)")
         return table
 
     def _read_ok(self, shard: Shard, columns: Sequence[str] | None) -> pa.Table | None:
-        """read_shard, recording (not raising) ordinary problems; a newer schema still raises."""
+        """read_shard; a damaged shard raises when strict, else it is recorded, reported to
+        `on_damage` and skipped (None). A newer schema always raises."""
         try:
             return self.read_shard(shard, columns)
         except StoreSchemaError:
             raise
         except StoreError as err:
+            if self.strict:
+                raise DamagedShardError(f"{self.uri}: {err}") from None
             rel = shard.path[len(self.root) + 1 :]
-            if (rel, str(err)) not in self.problems:
+            if all(rel != seen for seen, _ in self.problems):  # once per shard
                 self.problems.append((rel, str(err)))
+                if self.on_damage is not None:
+                    self.on_damage(rel, str(err))
             return None
 
     # ----------------------------------------------------------------- scans
@@ -154,7 +183,7 @@ class TrajectoryStore:
         max_reward: float | None = None,
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
-        """Rows matching the filters (steps inclusive), bad shards skipped and recorded."""
+        """Rows matching the filters (steps inclusive); damaged shards as `strict` says."""
         models = set(models) if models is not None else None
         run_ids = set(run_ids) if run_ids is not None else None
         tables = []
@@ -267,23 +296,15 @@ class TrajectoryStore:
             except StoreError as err:
                 report.problems.append((rel, str(err)))
                 continue
-            lengths_ok = pc.all(
-                pc.equal(
-                    pc.list_value_length(table["token_ids"]),
-                    pc.list_value_length(table["logprobs"]),
-                )
-            )
-            if table.num_rows and not lengths_ok.as_py():
-                report.problems.append((rel, "token_ids and logprobs differ in length"))
-                continue
             report.shards += 1
             report.rows += table.num_rows
         return report
 
     def info(self) -> dict[str, Any]:
-        table = self.scan(
-            columns=["model", "run_id", "step", "prompt_id", "reward", "schema_version", "logprobs"]
-        )
+        """Per-model summaries. Every column is read, so that any damaged shard shows up (raised
+        when strict, else listed under `problems`)."""
+        columns = ["model", "run_id", "step", "prompt_id", "reward", "schema_version", "logprobs"]
+        table = self.scan().select(columns)
         models: dict[str, dict[str, Any]] = {}
         for model in sorted(set(table["model"].to_pylist())):
             sub = table.filter(pc.equal(table["model"], model))

@@ -31,6 +31,30 @@ SHARD_PREFIX = "step_"
 ROW_GROUP_ROWS = 4096
 
 
+def check_store_target(uri: str) -> None:
+    """Raise StoreError unless `uri` is free or holds a graft trajectory store this graft can
+    append to. Called before a run writes anything."""
+    from graft.store.reader import StoreError
+
+    fs, root = open_filesystem(uri)
+    marker = f"{root}/store.json"
+    kind = fs.get_file_info(marker).type
+    if kind == pa.fs.FileType.NotFound:
+        if fs.get_file_info(root).type == pa.fs.FileType.File:
+            raise StoreError(f"store.path {uri}: is a file, not a store directory")
+        return
+    try:
+        with fs.open_input_stream(marker) as f:
+            meta = json.loads(f.read().decode())
+    except (OSError, ValueError) as err:
+        raise StoreError(f"store.path {uri}: unreadable store.json ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise StoreError(
+            f"store.path {uri}: store.json describes another format "
+            f"({meta.get('format') if isinstance(meta, dict) else meta!r}), not {FORMAT_NAME!r}"
+        )
+
+
 def shard_dir(root: str, run_id: str, model: str) -> str:
     return f"{root}/shards/run={run_id}/model={model}"
 
@@ -66,10 +90,7 @@ class StoreWriter:
             self.fs.create_dir(self.root, recursive=True)
             self._write_json(marker, {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION})
             return
-        with self.fs.open_input_stream(marker) as f:
-            meta = json.loads(f.read().decode())
-        if meta.get("format") != FORMAT_NAME:
-            raise ValueError(f"{self.uri}: store.json does not describe a graft trajectory store")
+        check_store_target(self.uri)
 
     def _write_json(self, path: str, body: Mapping[str, Any]) -> None:
         parent = path.rsplit("/", 1)[0]

@@ -38,11 +38,17 @@ Row = tuple[int, dict[str, Any]]
 
 
 def _read_jsonl(path: Path, limit: int) -> Iterator[Row]:
-    with path.open(encoding="utf-8") as f:
+    with path.open("rb") as f:
         count = 0
-        for line_no, line in enumerate(f, start=1):
+        for line_no, raw in enumerate(f, start=1):
             if limit and count >= limit:
                 return
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"line {line_no} of {path} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+                ) from None
             if not line.strip():
                 continue
             try:

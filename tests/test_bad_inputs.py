@@ -1,0 +1,271 @@
+"""Every bad input ends the same way: exit code 2, ONE line `graft: error: ...` on stderr naming the
+key, file, row or argument at fault, no traceback, and no file of the run directory or store
+created or changed. One table; most cases fail before any model is loaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from graft.cli import main
+
+SMALL = [
+    "run.progress=false",
+    "run.tensorboard=false",
+    "task.arithmetic.num_train=16",
+    "task.arithmetic.num_test=8",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=4",
+    "algo.minibatches=1",
+    "algo.micro_batch_size=8",
+    "eval.every=0",
+    "verify.workers=1",
+]
+
+
+def sets(*assignments: str) -> list[str]:
+    return [x for a in assignments for x in ("--set", a)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_paths):
+    """A finished two-step run (checkpoints, metrics, store) and a folder of bad files."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    run = root / "run"
+    model = f"models.0.path={tiny_paths['llama']}"
+    args = ["train", "--out", str(run), *sets(*SMALL, model, "run.steps=2", "run.save_every=1")]
+    assert main(args) == 0
+    files = root / "files"
+    files.mkdir()
+    (files / "bad.yaml").write_text("rollout:\n  gruop_size: 4\n")
+    (files / "broken.yaml").write_text("run: [1, 2\n")
+    (files / "list.yaml").write_text("- 1\n- 2\n")
+    (files / "latin1.jsonl").write_bytes(
+        b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "3"}\n'
+    )
+    (files / "badjson.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": \n')
+    (files / "array.jsonl").write_text("[1, 2]\n")
+    (files / "nocolumn.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    (files / "garbage.parquet").write_bytes(b"not parquet")
+    (files / "notamodel").mkdir()
+    (files / "notamodel" / "readme.txt").write_text("hello")
+    (files / "afile").write_text("a file, not a directory")
+    other = files / "other_store"
+    other.mkdir()
+    (other / "store.json").write_text(json.dumps({"format": "something-else"}))
+    damaged = files / "damaged_store"
+    shutil.copytree(run / "trajectories", damaged)
+    for shard in damaged.rglob("*.parquet"):
+        shard.write_bytes(shard.read_bytes()[:200])  # every shard truncated
+    resumable = files / "resumable"  # a run whose every checkpoint is damaged
+    shutil.copytree(run, resumable)
+    for weights in resumable.rglob("model.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:1000])
+    yaml_broken = files / "yaml_broken_run"
+    yaml_broken.mkdir()
+    (yaml_broken / "config.yaml").write_text("run: [\n")
+    other_suites = files / "other_suites_run"  # a run evaluated on other suites
+    shutil.copytree(run / "checkpoints", other_suites / "checkpoints")
+    text = (run / "config.yaml").read_text()
+    (other_suites / "config.yaml").write_text(text.replace("- test", "- val"))
+    return {"run": run, "files": files, "store": run / "trajectories", "model": tiny_paths["llama"]}
+
+
+def _snapshot(*roots: Path) -> dict[str, tuple]:
+    """Every file under the roots: size, modification time, and the content hash of small ones."""
+    out = {}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                stat = path.stat()
+                digest = (
+                    hashlib.sha256(path.read_bytes()).hexdigest() if stat.st_size < 2**18 else ""
+                )
+                out[str(path)] = (stat.st_size, stat.st_mtime_ns, digest)
+            else:
+                out[str(path)] = ("dir",)
+    return out
+
+
+R, F, S, M = "{run}", "{files}", "{store}", "{model}"
+NEW = "{files}/new_run"  # a fresh run directory: must not be created by a failing command
+TRAIN_NEW = ["train", "--out", NEW]
+
+# (id, argv, text the one line must contain)
+CASES = [
+    # ---------------------------------------------------------------- config
+    ("unknown-key", [*TRAIN_NEW[:1], f"{F}/bad.yaml", "--out", NEW], "rollout.gruop_size"),
+    ("not-an-int", [*TRAIN_NEW, *sets("rollout.group_size=abc")], "rollout.group_size"),
+    ("group-of-one", [*TRAIN_NEW, *sets("rollout.group_size=1")], "rollout.group_size"),
+    (
+        "not-divisible",
+        [*TRAIN_NEW, *sets("rollout.prompts_per_step=10", "algo.minibatches=4")],
+        "algo.minibatches",
+    ),
+    ("missing-config", ["train", f"{F}/missing.yaml", "--out", NEW], "missing.yaml"),
+    ("broken-yaml", ["train", f"{F}/broken.yaml", "--out", NEW], "broken.yaml"),
+    ("yaml-not-mapping", ["train", f"{F}/list.yaml", "--out", NEW], "list.yaml"),
+    ("set-without-value", [*TRAIN_NEW, "--set", "rollout.group_size"], "rollout.group_size"),
+    ("no-such-model-entry", [*TRAIN_NEW, *sets("models.5.path=x")], "models.5"),
+    ("bad-literal", [*TRAIN_NEW, *sets("run.backend=gpu")], "run.backend"),
+    ("section-as-value", [*TRAIN_NEW, *sets("run=3")], "run"),
+    (
+        "unknown-verifier",
+        [*TRAIN_NEW, *sets(*SMALL, "verify.verifier=nosuch:f")],
+        "verify.verifier",
+    ),
+    ("stored-without-store", [*TRAIN_NEW, *sets("exchange.source=stored")], "exchange.store"),
+    (
+        "ray-asks-too-many-cpus",
+        [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={M}", "run.backend=ray", "run.threads=4096")],
+        "run.threads",
+    ),
+    ("config-cmd-bad-key", ["config", "--set", "algo.nope=1"], "algo.nope"),
+    # ---------------------------------------------------------------- data files
+    (
+        "data-file-missing",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/none.jsonl")],
+        "none.jsonl",
+    ),
+    (
+        "data-not-utf8",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/latin1.jsonl")],
+        "line 2 of",
+    ),
+    (
+        "data-bad-json-line",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/badjson.jsonl")],
+        "line 2 of",
+    ),
+    (
+        "data-row-not-object",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/array.jsonl")],
+        "line 1 of",
+    ),
+    (
+        "data-missing-column",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/nocolumn.jsonl")],
+        "'problem'",
+    ),
+    (
+        "data-garbage-parquet",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/garbage.parquet")],
+        "garbage.parquet",
+    ),
+    (
+        "data-unsupported-suffix",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/afile.csv")],
+        "afile.csv",
+    ),
+    # ---------------------------------------------------------------- model paths
+    ("model-path-missing", [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={F}/nope")], "models.0.path"),
+    (
+        "model-path-not-a-model",
+        [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={F}/notamodel")],
+        "models.0.path",
+    ),
+    ("model-unknown-tiny", [*TRAIN_NEW, *sets(*SMALL, "models.0.path=tiny:nosuch")], "nosuch"),
+    ("tiny-build-unknown", ["tiny", "build", "nosuch"], "nosuch"),
+    # ---------------------------------------------------------------- run directories
+    ("reuse-run-dir", ["train", "--out", R, *sets(*SMALL, f"models.0.path={M}")], R),
+    ("out-is-a-file", ["train", "--out", f"{F}/afile", *sets(*SMALL)], "afile"),
+    ("resume-missing", ["train", "--resume", f"{F}/norun"], "norun"),
+    ("resume-with-config", ["train", f"{F}/bad.yaml", "--resume", R], "config file"),
+    ("resume-with-out", ["train", "--resume", R, "--out", NEW], "--out"),
+    ("resume-and-overwrite", ["train", "--resume", R, "--overwrite"], "--overwrite"),
+    (
+        "resume-other-model",
+        ["train", "--resume", R, *sets("models.0.path=tiny:qwen2-bpe-add")],
+        "models.0.path",
+    ),
+    (
+        "resume-renamed-model",
+        ["train", "--resume", R, *sets("models.0.name=other")],
+        "models.0.name",
+    ),
+    ("resume-broken-config", ["train", "--resume", f"{F}/yaml_broken_run"], "config.yaml"),
+    ("resume-bad-override", ["train", "--resume", R, *sets("run.steps=x")], "run.steps"),
+    ("resume-all-damaged", ["train", "--resume", f"{F}/resumable"], "model.safetensors"),
+    # ---------------------------------------------------------------- stores
+    ("store-info-not-a-store", ["store", "info", f"{F}/notamodel"], "notamodel"),
+    ("store-export-damaged", ["store", "export", f"{F}/damaged_store"], ".parquet"),
+    (
+        "store-export-damaged-to-file",
+        ["store", "export", f"{F}/damaged_store", "--out", f"{F}/export.jsonl"],
+        ".parquet",
+    ),
+    (
+        "store-path-other-format",
+        [*TRAIN_NEW, *sets(*SMALL, f"store.path={F}/other_store")],
+        "store.path",
+    ),
+    ("store-path-is-a-file", [*TRAIN_NEW, *sets(*SMALL, f"store.path={F}/afile")], "store.path"),
+    (
+        "peer-store-missing",
+        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.store={F}/none")],
+        "exchange.store",
+    ),
+    (
+        "peer-model-absent",
+        [
+            *TRAIN_NEW,
+            *sets(*SMALL, "exchange.source=stored", f"exchange.store={S}", "exchange.peer_model=x"),
+        ],
+        "exchange.peer_model",
+    ),
+    (
+        "peer-store-all-damaged",
+        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.store={F}/damaged_store")],
+        ".parquet",
+    ),
+    # ---------------------------------------------------------------- CLI arguments
+    ("unknown-flag", ["train", "--bogus"], "--bogus"),
+    ("unknown-command", ["trian"], "trian"),
+    ("eval-k-zero", ["eval", "--model", M, "--k", "0"], "--k"),
+    ("eval-runs-zero", ["eval", "--model", M, "--runs", "0"], "--runs"),
+    ("eval-k-not-int", ["eval", "--model", M, "--k", "x"], "--k"),
+    ("eval-nothing", ["eval"], "--model"),
+    ("eval-same-model-twice", ["eval", "--model", M, "--model", M], "--model"),
+    ("eval-run-missing", ["eval", "--run", f"{F}/norun"], "norun"),
+    (
+        "eval-baseline-absent",
+        ["eval", "--run", R, "--baseline", "nope", "--out", NEW],
+        "--baseline",
+    ),
+    (
+        "eval-mixed-suites",
+        ["eval", "--run", R, "--run", f"{F}/other_suites_run", "--out", NEW],
+        "suites",
+    ),
+    ("plot-missing-run", ["plot", f"{F}/norun", "--out", f"{F}/plot.png"], "norun"),
+]
+
+
+def _fill(value: str, world: dict) -> str:
+    return value.format(**{k: str(v) for k, v in world.items()})
+
+
+@pytest.mark.parametrize("argv,culprit", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_line_and_changes_nothing(world, argv, culprit, capsys):
+    argv = [_fill(a, world) for a in argv]
+    before = _snapshot(world["run"], world["files"])
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert "\n" not in err and "Traceback" not in err, err
+    assert err.startswith("graft: error: "), err
+    assert _fill(culprit, world) in err, err
+    assert _snapshot(world["run"], world["files"]) == before
+
+
+def test_the_table_is_large_and_covers_every_kind_of_input():
+    assert len(CASES) >= 40
+    assert len({c[0] for c in CASES}) == len(CASES)

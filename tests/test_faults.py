@@ -1,0 +1,268 @@
+"""Faults never lose data: a refused re-run, a failed resume, damaged checkpoints, shards and
+metrics lines, a full disk; and stored-peer advantages follow the run's advantage settings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from graft.cli import main
+from graft.config import ExchangeConfig
+from graft.groups import group_advantages, make_groups
+from graft.rundir import checkpoint_problems, read_metrics
+from graft.store import Provenance, StoreWriter, group_rows
+from graft.stored_peer import StoredPeer
+from graft.tasks.pool import VerifierPool
+from graft.types import Completion, Problem, Rollout, Verdict
+
+SMALL = [
+    "run.progress=false",
+    "run.tensorboard=false",
+    "task.arithmetic.num_train=12",
+    "task.arithmetic.num_test=8",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=6",
+    "algo.minibatches=2",
+    "algo.micro_batch_size=8",
+    "models.0.optim.lr=1e-3",
+    "eval.every=0",
+    "verify.workers=1",
+]
+
+
+def _sets(*assignments: str) -> list[str]:
+    return [x for a in assignments for x in ("--set", a)]
+
+
+def _train(out: Path, model: str, *extra: str) -> int:
+    return main(["train", "--out", str(out), *_sets(*SMALL, f"models.0.path={model}", *extra)])
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under root with the hash of its bytes."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "checkpoints" / f"step_{step:06d}" / "policy" / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_paths):
+    """A straight 4-step run, and the same run stopped after 3 steps (checkpoints 2 and 3)."""
+    root = tmp_path_factory.mktemp("faults")
+    model = tiny_paths["llama"]
+    assert _train(root / "straight", model, "run.steps=4", "run.save_every=1") == 0
+    assert _train(root / "split", model, "run.steps=3", "run.save_every=1") == 0
+    return {"root": root, "model": model, **{k: root / k for k in ("straight", "split")}}
+
+
+def test_a_run_directory_is_never_reused_implicitly(runs, capsys):
+    """F1: the old run survives a refused re-run byte for byte; --overwrite moves it aside."""
+    old = runs["root"] / "old"
+    shutil.copytree(runs["split"], old)
+    before = _tree(old)
+    assert _train(old, runs["model"], "run.steps=1") == 2
+    err = capsys.readouterr().err.strip()
+    assert str(old) in err and "--resume" in err and "--overwrite" in err and "\n" not in err
+    assert _tree(old) == before
+    again = _sets(*SMALL, f"models.0.path={runs['model']}", "run.steps=1")
+    assert main(["train", "--overwrite", "--out", str(old), *again]) == 0
+    assert _tree(old.with_name("old.old-1")) == before  # moved aside, not deleted
+    assert [r["step"] for r in read_metrics(old)] == [1]
+
+
+def test_a_failed_resume_leaves_the_run_as_it_was(runs, capsys):
+    """F2: a resume refused for another model, or failing on a checkpoint that does not fit,
+    changes nothing (config.yaml byte-identical), and a plain resume still works after it."""
+    run = runs["root"] / "resume_fail"
+    shutil.copytree(runs["split"], run)
+    before = _tree(run)
+    args = ["train", "--resume", str(run), "--set", "models.0.path=tiny:qwen2-bpe-add"]
+    assert main(args) == 2
+    assert "models.0.path" in capsys.readouterr().err
+    state = run / "checkpoints" / "step_000003" / "policy" / "model.safetensors"
+    weights = load_file(str(state))
+    key = next(iter(weights))
+    weights[key] = torch.zeros(3, 3)  # a checkpoint of another shape: found at load time
+    from safetensors.torch import save_file
+
+    save_file(weights, str(state), metadata={"format": "pt"})
+    before = _tree(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "step_000003" in err and "does not fit" in err and "\n" not in err
+    assert _tree(run) == before
+
+
+def test_a_damaged_checkpoint_and_a_torn_metrics_line_resume_exactly(runs, capsys):
+    """F5, F6: the newest checkpoint's optimizer.pt is truncated and metrics.jsonl ends in a torn
+    line (a crash mid-write). The resume names the file, falls back to the intact checkpoint,
+    drops the torn line, and ends with the weights of the uninterrupted run."""
+    run = runs["root"] / "torn"
+    shutil.copytree(runs["split"], run)
+    optimizer = run / "checkpoints" / "step_000003" / "policy" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[: optimizer.stat().st_size // 2])
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "reward/me')
+    assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 0
+    out = capsys.readouterr().out
+    assert "optimizer.pt" in out and "step_000002 instead" in out and "torn last line" in out
+    assert (run / "checkpoints" / "damaged-step_000003").is_dir()  # kept, out of the way
+    a, b = _weights(runs["straight"], 4), _weights(run, 4)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4]
+
+
+def test_checkpoint_files_are_checked_by_name(runs, tmp_path):
+    """F6: truncated weights or optimizer state, and a missing file, are named."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(runs["straight"] / "checkpoints" / "step_000004", ckpt)
+    assert checkpoint_problems(ckpt, ["policy"]) == []
+    weights = ckpt / "policy" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    (ckpt / "policy" / "optimizer.pt").write_bytes(b"PK\x03\x04 torn")
+    (ckpt / "policy" / "policy_state.json").unlink()
+    problems = "\n".join(checkpoint_problems(ckpt, ["policy"]))
+    assert "model.safetensors: truncated" in problems
+    assert "optimizer.pt: truncated" in problems
+    assert "policy_state.json: missing" in problems
+
+
+def test_a_full_disk_while_checkpointing_says_so(runs, monkeypatch, capsys):
+    """F7: torch's zip writer failing mid-file becomes one line that says 'no space left on
+    device' and names the checkpoint; the earlier checkpoints stay intact."""
+    run = runs["root"] / "disk_full"
+    shutil.copytree(runs["split"], run)
+    before = _tree(run / "checkpoints")
+
+    def full(*_args, **_kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", full)
+    assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no space left on device" in err and "step_000004" in err and "\n" not in err
+    assert _tree(run / "checkpoints") == before
+
+
+def _damage(store: Path) -> Path:
+    shard = sorted(store.rglob("*.parquet"))[-1]
+    shard.write_bytes(shard.read_bytes()[:300])
+    return shard
+
+
+def test_a_damaged_peer_shard_stops_training_unless_skipped_explicitly(runs, capsys):
+    """F3, F8: stored-peer training names the damaged shard and stops, before writing anything;
+    with exchange.skip_damaged_shards it trains on, warning and counting."""
+    store = runs["root"] / "peer_store"
+    shutil.copytree(runs["straight"] / "trajectories", store)
+    shard = _damage(store)
+    peer = ["exchange.source=stored", f"exchange.store={store}", "exchange.weight=none"]
+    out = runs["root"] / "receiver"
+    assert _train(out, runs["model"], "run.steps=1", *peer) == 2
+    err = capsys.readouterr().err.strip()
+    assert shard.name in err and "skip_damaged_shards" in err and "\n" not in err
+    assert not out.exists()
+    assert (
+        _train(out, runs["model"], "run.steps=1", *peer, "exchange.skip_damaged_shards=true") == 0
+    )
+    assert shard.name in capsys.readouterr().out
+    assert read_metrics(out)[-1]["stored/damaged_shards"] == 1
+
+
+def test_store_info_and_export_report_damage_and_fail(runs, tmp_path, capsys):
+    """F4: a truncated and a byte-flipped shard: info lists both and exits 1, export writes
+    nothing and exits 2 naming a shard."""
+    store = tmp_path / "store"
+    shutil.copytree(runs["straight"] / "trajectories", store)
+    truncated = _damage(store)
+    flipped = sorted(store.rglob("*.parquet"))[0]
+    data = bytearray(flipped.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 64):
+        data[i] ^= 0xFF
+    flipped.write_bytes(bytes(data))
+    assert main(["store", "info", str(store)]) == 1
+    out = capsys.readouterr().out
+    assert truncated.name in out and flipped.name in out and "NOT OK" in out
+    export = tmp_path / "rows.jsonl"
+    assert main(["store", "export", str(store), "--out", str(export)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert ".parquet" in err and "\n" not in err
+    assert not export.exists() and not Path(f"{export}.tmp").exists()
+
+
+def _store_with_rewards(uri: str) -> list[Problem]:
+    """One step of a peer: 3 prompts x 4 responses with 1, 2 and 3 correct answers."""
+    problems = [Problem(f"{i}+1=", str(i + 1), skill="add:1,1") for i in range(3)]
+    rollouts, verdicts = [], []
+    for i, p in enumerate(problems):
+        texts = [p.gold if j <= i else "99" for j in range(4)]
+        comps = tuple(Completion(t, (5, 6), (-0.5, -0.5), "stop") for t in texts)
+        rollouts.append(Rollout(p, "peer", (1, 2), comps))
+        verdicts.append(tuple(Verdict("correct" if j <= i else "wrong") for j in range(4)))
+    prov = Provenance("r", "peer", "", "", "final_number", "", 1.0, 1.0, 0, 8)
+    writer = StoreWriter(uri, run_id="r", run_meta={}, background=False)
+    writer.write("peer", 0, group_rows(make_groups(rollouts, verdicts), step=0, prov=prov))
+    writer.close()
+    return problems
+
+
+@pytest.mark.parametrize("mode,eps", [("grpo", 1e-6), ("grpo", 0.5), ("drgrpo", 1e-6)])
+def test_stored_peer_advantages_follow_the_advantage_settings(tmp_path, mode, eps):
+    uri = str(tmp_path / "store")
+    problems = _store_with_rewards(uri)
+    peer = StoredPeer(ExchangeConfig(enabled=True, source="stored", store=uri, weight="none"))
+    with VerifierPool(workers=1) as pool:
+        groups, _ = peer.source_groups(
+            problems, step=0, pool=pool, verifier="final_number", adv_mode=mode, adv_eps=eps
+        )
+    rewards = torch.tensor([[float(j <= i) for j in range(4)] for i in range(3)])
+    expected = group_advantages(rewards, mode=mode, eps=eps)
+    got = torch.tensor([g.advantages_G for g in groups], dtype=expected.dtype)
+    assert torch.allclose(got, expected)
+    default = group_advantages(rewards, mode="grpo", eps=1e-6)
+    assert (mode, eps) == ("grpo", 1e-6) or not torch.allclose(got, default)
+
+
+def test_eval_keeps_two_checkpoints_of_one_policy_apart(runs, tmp_path, capsys):
+    """Two --model folders with one name (two checkpoints of a policy) give two rows."""
+    ckpts = runs["straight"] / "checkpoints"
+    first, second = ckpts / "step_000003" / "policy", ckpts / "step_000004" / "policy"
+    out = tmp_path / "eval"
+    args = ["eval", "--model", str(first), "--model", str(second), "--suite", "test"]
+    args += ["--k", "1", "--runs", "1", "--limit", "2", "--workers", "1", "--out", str(out)]
+    assert main(args) == 0
+    models = json.loads((out / "eval.json").read_text())["models"]
+    assert sorted(models) == ["step_000003/policy", "step_000004/policy"]
+    table = (out / "eval.md").read_text()
+    assert "step_000003/policy" in table and "step_000004/policy" in table
+
+
+def test_a_full_disk_anywhere_else_names_the_path(runs, monkeypatch, capsys):
+    """Any other write that hits ENOSPC (here the summary) is one line naming the file."""
+    import errno
+
+    import graft.trainer
+
+    run = runs["root"] / "disk_full_summary"
+    shutil.copytree(runs["split"], run)
+
+    def full(run_dir, *_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "summary.json"))
+
+    monkeypatch.setattr(graft.trainer, "write_summary", full)
+    assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no space left on device" in err and "summary.json" in err and "\n" not in err
