@@ -57,11 +57,12 @@ def check_golds(
     """The unusable golds of `problems`; None for a verifier that is not checked (plug-ins)."""
     if verifier not in CHECKED_VERIFIERS:
         return None
-    verdicts = pool.verify([(verifier, "", p.gold) for p in problems])
+    golds = list(dict.fromkeys(p.gold for p in problems))  # each distinct gold once
+    verdicts = dict(zip(golds, pool.verify([(verifier, "", g) for g in golds]), strict=True))
     bad = tuple(
-        (n, p.gold, v.detail or v.category)
-        for n, (p, v) in enumerate(zip(problems, verdicts, strict=True), start=1)
-        if v.category in ("error", "timeout")
+        (n, p.gold, verdicts[p.gold].detail or verdicts[p.gold].category)
+        for n, p in enumerate(problems, start=1)
+        if verdicts[p.gold].category in ("error", "timeout")
     )
     return GoldCheck(where, verifier, len(problems), bad)
 
