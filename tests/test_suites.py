@@ -253,3 +253,9 @@ def test_readme_paper_command_runs_to_the_end(hub, tmp_path, capsys):
     assert entry["suites"]["minerva"]["problems"] == len(HUB["math-ai/minervamath"]["rows"]) - 1
     assert "1 of 5 prompts are longer than 200 tokens" in capsys.readouterr().out
     assert (out / "eval.md").read_text().count("|") > 10
+
+
+def test_max_prompt_tokens_must_be_positive(capsys):
+    assert main(["eval", "--model", "tiny:llama-char-add", "--max-prompt-tokens", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "graft: error: graft eval --max-prompt-tokens: must be at least 1, got 0"

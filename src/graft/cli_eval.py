@@ -96,6 +96,7 @@ def _check_args(args: argparse.Namespace) -> None:
         ("--workers", args.workers, 1),
         ("--limit", args.limit, 0),
         ("--max-new-tokens", args.max_new_tokens, 0),
+        ("--max-prompt-tokens", args.max_prompt_tokens, 1),
     ):
         if value < least:
             raise ConfigError(f"graft eval {flag}: must be at least {least}, got {value}")
