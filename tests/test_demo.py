@@ -1,12 +1,14 @@
-"""`graft demo --quick` through the real CLI: the three files, their structure, every method ran."""
+"""`graft demo --quick` through the real CLI: both regimes, every method, intervals over two
+seeds, curves with several evaluations, the regime report, and reuse of finished runs."""
 
 import json
 import struct
 
 from graft.cli import main
-from graft.demo import METHODS, MODELS
-from graft.demo_report import SUITES
+from graft.demo import ALL_METHODS, MAIN_METHODS, MODELS
 from graft.rundir import read_metrics
+
+LABELS = [ALL_METHODS[k].label for k in MAIN_METHODS]
 
 
 def _png_size(path):
@@ -15,58 +17,65 @@ def _png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
-def test_demo_quick_writes_results_for_every_method(tmp_path, capsys):
+def test_demo_quick_writes_intervals_curves_and_regimes_and_reuses_finished_runs(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-
     results = json.loads((out / "results.json").read_text())
     settings = results["settings"]
-    assert settings["seeds"] == [0] and settings["mode"] == "quick"
-    steps = settings["steps"]
+    assert settings["seeds"] == [0, 1] and settings["mode"] == "quick"
+    assert set(results["regimes"]) == {"latent", "cold"}
 
-    # Every method ran for every model, with start and end accuracies per suite, in [0, 1].
-    per_seed = results["per_seed"]["0"]
-    assert set(METHODS) <= set(per_seed)
-    for method in METHODS:
+    for regime, body in results["regimes"].items():
+        compare = body["compare"]
+        assert compare["baseline"] == "GRPO" and set(compare["methods"]) == set(LABELS)
         for model in MODELS:
-            for when in ("start", "end"):
-                accs = per_seed[method][model][when]
-                assert set(accs) == set(SUITES), (method, model, when)
-                assert all(0.0 <= v <= 1.0 for v in accs.values())
-    # Same starting point for every method: same seed, same pre-trained model, same eval problems.
-    for model in MODELS:
-        starts = {json.dumps(per_seed[m][model]["start"], sort_keys=True) for m in METHODS}
-        assert len(starts) == 1, f"{model}: methods started from different evaluations"
+            policy = compare["policies"][model]
+            grpo = policy["methods"]["GRPO"]["points"]
+            for label in LABELS:
+                points = policy["methods"][label]["points"]
+                assert policy["methods"][label]["seeds"] == [0, 1]
+                for key, pts in points.items():
+                    steps = [p for p in pts if p.startswith("step_")]
+                    assert len(steps) >= 3, (regime, label, key)
+                    # Same seed, same pre-trained model, same evaluation draws at step 0.
+                    assert pts["step_0"]["mean"] == grpo[key]["step_0"]["mean"]
+                if label == "GRPO":
+                    continue
+                # Two seeds: every point has an interval; it equals the hand computation.
+                vs = policy["vs_baseline"][label]
+                mix = next(k for k in vs["metrics"] if k.count("/") == 2 and "avg@" in k)
+                iv = vs["metrics"][mix]["curve_mean"]
+                diffs = vs["differences"][mix]["curve_mean"]
+                assert iv["low"] is not None and iv["n"] == 2
+                assert abs(iv["mean"] - sum(diffs) / 2) < 1e-12
+            # The regime report of every method that exchanged into this model.
+            other = MODELS[1 - MODELS.index(model)]
+            regime_report = policy["methods"]["GRAFT (paper weight)"]["regime"]
+            assert f"{other}->{model}" in regime_report
+            report = regime_report[f"{other}->{model}"]
+            assert set(report["skills"]) == {"mul:3,1:2-5", "mul:3,1:6-9"}
+            assert report["message"]
+            assert "stored:" in next(iter(policy["methods"]["GRAFT (stored peer)"]["regime"]))
+        # The runs themselves: every method of both seeds, exchange metrics logged.
+        seed_dir = out / regime / "seed_1"
+        for run in ("grpo", "graft", "graft_rr", "stored_llama", "stored_qwen"):
+            assert (seed_dir / run / "done.json").is_file(), run
+        keys = set().union(*read_metrics(seed_dir / "graft"))
+        assert {"x/llama->qwen/candidates", "x/qwen->llama/admit_if/paper/correct"} <= keys
+        assert "x/llama->qwen/by_skill/mul:3,1:2-5/all_fail" in keys
 
-    # Each run trained the requested number of steps and logged the exchange metrics.
-    seed_dir = out / "seed_0"
-    for run in ("grpo", "graft", "stored_llama", "stored_qwen"):
-        records = read_metrics(seed_dir / run)
-        assert max(r["step"] for r in records) == steps, run
-    graft_keys = set().union(*read_metrics(seed_dir / "graft"))
-    assert {"x/llama->qwen/selected", "x/qwen->llama/selected"} <= graft_keys
-    assert per_seed["stored"]["llama"]["exchange"].keys() == {"stored:qwen->llama"}
-    # The stored runs read the GRPO run's store, which holds every rollout of both models.
-    assert (seed_dir / "grpo" / "trajectories").is_dir()
-
-    # Deltas against GRPO for both models, online and stored, equal end(method) - end(GRPO).
-    deltas = results["summary"]["deltas_vs_grpo"]
-    for method in ("graft", "stored"):
-        for model in MODELS:
-            for suite in SUITES:
-                want = per_seed[method][model]["end"][suite] - per_seed["grpo"][model]["end"][suite]
-                assert abs(deltas[method][model][suite]["mean"] - want) < 1e-12
-
-    # Complementarity in both directions, as fractions of the receiver's all-fail prompts.
-    directions = results["complementarity"]["directions"]
-    assert set(directions) == {"llama->qwen", "qwen->llama"}
-    for d in directions.values():
-        assert 0 <= d["source_mixed_on_them"] <= d["receiver_all_fail"]
-
-    table = (out / "results.md").read_text()
-    for label in ("GRPO", "GRAFT (online)", "GRAFT (stored peer)", "Δ GRAFT (online) − GRPO"):
-        assert f"| {label} |" in table
-    assert "| GRAFT (stored peer) |" in printed
+    text = (out / "results.md").read_text()
+    for needle in ("## Regime: latent", "## Regime: cold", "Difference to GRPO", "Exchange regime"):
+        assert needle in text
+    assert "| GRAFT (receiver_relative) |" in text and "[" in text
+    assert "## Regime: cold" in printed
     width, height = _png_size(out / "curves.png")
-    assert width > 100 and height > 100
+    assert width > 1000 and height > 300
+
+    # Resumable: a second call reuses every finished run; a run without its marker restarts.
+    (out / "cold" / "seed_0" / "graft_rr" / "done.json").unlink()
+    assert main(["demo", "--quick", "--out", str(out)]) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert list(again["run_seconds"]) == ["cold seed 0 GRAFT (receiver_relative)"]
+    assert again["regimes"] == results["regimes"]

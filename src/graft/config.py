@@ -43,6 +43,9 @@ class RunConfig:
     """Run directory: config.yaml, metrics.jsonl, checkpoints/ are written here."""
     seed: int = 0
     """Seed for prompt order, sampling and initialisation of everything random in the run."""
+    label: str = ""
+    """A name for this run's method in `graft compare` (runs that differ only in seed share it);
+    empty: the method is named by the config keys in which it differs from the other runs."""
     steps: int = 50
     """Number of rollout steps (one rollout batch and its update per step)."""
     save_every: int = 25

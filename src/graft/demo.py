@@ -1,73 +1,133 @@
-"""`graft demo`: the paper's three claims in miniature, on a CPU, with nothing downloaded.
+"""`graft demo`: where GRAFT helps and where its gate starves, on a CPU, with nothing downloaded.
 
 Two tiny policies that differ in architecture AND tokenizer (a Llama with a character tokenizer, a
 Qwen2 with a small BPE) are pre-trained on complementary mixes of two skills (3-digit x 1-digit
-multiplication with a place-value scratchpad, multipliers 2-5 vs 6-9). With the same seeds, prompt
-order and per-model rollout budget the demo then runs
-  1. GRPO for each model (the two trained side by side with the exchange off: identical to alone),
-  2. online GRAFT co-training,
-  3. stored-peer GRAFT: each model against the trajectories of the OTHER model's GRPO run,
-  4. optionally GRPO with 4x the group size (a bigger rollout budget, for reference),
-evaluates every policy at start and end on the held-out problems of each skill and of the mix
-(avg@k), and writes results.json, results.md and curves.png.
+multiplication with a place-value scratchpad, multipliers 2-5 vs 6-9), in two regimes:
+  latent: 97/3 and 2/98, so each weak skill starts around 5-10% (GRPO gets some signal there);
+  cold:   99.5/0.5 and 0.5/99.5, so each weak skill starts near 1-2% (almost none).
+With the same seeds, prompt order and per-model rollout budget, each regime runs
+  GRPO (the two trained side by side with the exchange off: identical to alone),
+  GRAFT online with the paper's weight, GRAFT online with the receiver-relative score,
+  stored-peer GRAFT (each model against the trajectories of the OTHER model's GRPO run),
+and `--study` adds the paper's ablations in the latent regime. Every policy is evaluated on
+held-out problems at several points; `graft.compare` turns the runs into paired differences
+against GRPO with 95% intervals over seeds (demo_report.py writes the results).
+
+Runs are resumable: a finished run (marked by `done.json` holding its config) is reused, an
+interrupted one is started again from scratch.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
+import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from graft.config import Config, load_config, to_dict
 from graft.models.tiny import MUL_SKILLS, build_tiny
-from graft.rundir import read_metrics
 
 MODELS = ("llama", "qwen")
-PRESETS = {"llama": "llama-char-mul", "qwen": "qwen2-bpe-mul"}
-METHODS = ("grpo", "graft", "stored")
-LABELS = {
-    "grpo": "GRPO",
-    "graft": "GRAFT (online)",
-    "stored": "GRAFT (stored peer)",
-    "grpo4x": "GRPO, 4x group size",
+WEAK = {"llama": MUL_SKILLS[1], "qwen": MUL_SKILLS[0]}
+"""Each model's weak skill (the one it was barely pre-trained on)."""
+STRONG = {"llama": MUL_SKILLS[0], "qwen": MUL_SKILLS[1]}
+REGIMES = {
+    "latent": {"llama": "llama-char-mul", "qwen": "qwen2-bpe-mul"},
+    "cold": {"llama": "llama-char-mul-cold", "qwen": "qwen2-bpe-mul-cold"},
 }
 
 
 @dataclass(frozen=True)
+class Method:
+    label: str
+    overrides: tuple[str, ...] = ()
+    stored: bool = False
+
+
+METHODS = {
+    "grpo": Method("GRPO", ("exchange.enabled=false",)),
+    "graft": Method("GRAFT (paper weight)"),
+    "graft_rr": Method("GRAFT (receiver_relative)", ("exchange.weight=receiver_relative",)),
+    "stored": Method("GRAFT (stored peer)", stored=True),
+    "grpo4x": Method("GRPO, 4x group size", ("exchange.enabled=false",)),
+}
+ABLATIONS = {
+    "no_weight": Method("ablation: no weight", ("exchange.weight=none",)),
+    "no_floor": Method("ablation: no floor", ("exchange.delta=0",)),
+    "no_balancing": Method("ablation: no balancing", ("exchange.balancing=false",)),
+    "success_only": Method("ablation: success only", ("exchange.replacement=success_only",)),
+    "random_selection": Method("ablation: random selection", ("exchange.selection=random",)),
+    "random_admission": Method("ablation: random admission", ("exchange.admission=random",)),
+}
+ALL_METHODS = {**METHODS, **ABLATIONS}
+MAIN_METHODS = ("grpo", "graft", "graft_rr", "stored")
+
+
+@dataclass(frozen=True)
 class DemoSettings:
-    steps: int = 60
+    steps: int = 40
+    eval_every: int = 8
     prompts_per_step: int = 16
     group_size: int = 8
     max_new_tokens: int = 48
     lr: float = 2e-5
-    eval_problems: int = 400
-    eval_samples: int = 4
+    eval_suite: str = "test"
+    eval_problems: int = 200
+    eval_samples: int = 2
     seeds: tuple[int, ...] = (0,)
-    reference: bool = False
-    quick: bool = False
-    presets: dict[str, str] = field(default_factory=lambda: dict(PRESETS))
+    regimes: tuple[str, ...] = ("latent", "cold")
+    methods: tuple[str, ...] = MAIN_METHODS
+    ablations: tuple[str, ...] = ()
+    """Run in the first regime only (the one where the exchange is active)."""
+    parallel: bool = True
+    """Two policies in parallel worker processes and the two stored-peer receivers side by side;
+    False: everything one after the other in this process (same results, less start-up)."""
+    mode: str = "default"
+    presets: dict[str, dict[str, str]] = field(default_factory=lambda: dict(REGIMES))
 
     @classmethod
-    def make(cls, *, seeds: int, quick: bool, reference: bool) -> DemoSettings:
+    def make(
+        cls, *, seeds: int = 0, quick: bool = False, study: bool = False, reference: bool = False
+    ) -> DemoSettings:
+        """The three designs: default (`make demo`), quick (a pipeline check), study."""
+        extra = ("grpo4x",) if reference else ()
         if quick:
-            presets = {m: f"{p}-quick" for m, p in PRESETS.items()}
-            return cls(
-                steps=4,
-                prompts_per_step=8,
-                eval_problems=40,
-                eval_samples=2,
-                seeds=tuple(range(seeds)),
-                reference=reference,
-                quick=True,
-                presets=presets,
+            s = cls(
+                steps=2,
+                eval_every=1,
+                prompts_per_step=4,
+                group_size=4,
+                eval_problems=16,
+                eval_samples=1,
+                seeds=(0, 1),
+                parallel=False,
+                mode="quick",
+                presets={r: {m: f"{p}-quick" for m, p in ps.items()} for r, ps in REGIMES.items()},
             )
-        return cls(seeds=tuple(range(seeds)), reference=reference)
+        elif study:
+            s = cls(**STUDY, seeds=tuple(range(5)), ablations=tuple(ABLATIONS), mode="study")
+        else:
+            s = cls()
+        s = replace(s, methods=(*s.methods, *extra))
+        return replace(s, seeds=tuple(range(seeds))) if seeds else s
+
+
+STUDY = {
+    "steps": 60,
+    "eval_every": 10,
+    "eval_problems": 400,
+    "eval_samples": 2,
+    "lr": 2e-5,
+}
+"""The pre-registered study design (docs/evidence.md), fixed before its seeds were run."""
 
 
 def _overrides(s: DemoSettings, out: Path, seed: int) -> list[str]:
@@ -87,80 +147,114 @@ def _overrides(s: DemoSettings, out: Path, seed: int) -> list[str]:
         f"rollout.max_new_tokens={s.max_new_tokens}",
         "algo.minibatches=2",
         "algo.micro_batch_size=64",
-        f"eval.every={s.steps}",
+        f"eval.every={s.eval_every}",
+        f"eval.suites=[{s.eval_suite}]",
         f"eval.num_problems={s.eval_problems}",
         f"eval.samples={s.eval_samples}",
         "eval.temperature=1.0",
         "verify.workers=1",
+        # One after the other, one thread each: two threads per process thrash a loaded machine.
+        *(() if s.parallel else ("run.backend=inprocess", "run.threads=1")),
     ]
 
 
-def _models(s: DemoSettings, names: tuple[str, ...]) -> str:
+def _models(s: DemoSettings, regime: str, names: tuple[str, ...]) -> str:
     entries = ", ".join(
-        f'{{name: {m}, path: "tiny:{s.presets[m]}", optim: {{lr: {s.lr}}}}}' for m in names
+        f'{{name: {m}, path: "tiny:{s.presets[regime][m]}", optim: {{lr: {s.lr}}}}}' for m in names
     )
     return f"models=[{entries}]"
 
 
-def run_configs(s: DemoSettings, root: Path, seed: int) -> dict[str, list[Config]]:
-    """The configs of every method for one seed (stored: one config per receiver)."""
-    base = root / f"seed_{seed}"
+def regime_methods(s: DemoSettings, regime: str) -> tuple[str, ...]:
+    return (*s.methods, *(s.ablations if regime == s.regimes[0] else ()))
 
-    def cfg(name: str, *extra: str) -> Config:
-        return load_config(Config, None, [*_overrides(s, base / name, seed), *extra])
 
-    both = _models(s, MODELS)
-    out = {
-        "grpo": [cfg("grpo", both, "exchange.enabled=false")],
-        "graft": [cfg("graft", both)],
-        "stored": [
-            cfg(
-                f"stored_{m}",
-                _models(s, (m,)),
-                "exchange.source=stored",
-                f"exchange.store={base / 'grpo' / 'trajectories'}",
-                f"exchange.peer_model={other}",
-                "exchange.peer_records=same_step",
-                "run.threads=1",
+def run_configs(s: DemoSettings, root: Path, regime: str, seed: int) -> dict[str, list[Config]]:
+    """The configs of every method of one regime and seed (stored: one config per receiver)."""
+    base = root / regime / f"seed_{seed}"
+    out: dict[str, list[Config]] = {}
+    for key in regime_methods(s, regime):
+        method = ALL_METHODS[key]
+        common = [f"run.label={json.dumps(method.label)}", *method.overrides]
+        if key == "grpo4x":
+            common.append(f"rollout.group_size={4 * s.group_size}")
+        if not method.stored:
+            both = _models(s, regime, MODELS)
+            out[key] = [
+                load_config(Config, None, [*_overrides(s, base / key, seed), both, *common])
+            ]
+            continue
+        out[key] = [
+            load_config(
+                Config,
+                None,
+                [
+                    *_overrides(s, base / f"{key}_{m}", seed),
+                    _models(s, regime, (m,)),
+                    *common,
+                    "exchange.source=stored",
+                    f"exchange.store={base / 'grpo' / 'trajectories'}",
+                    f"exchange.peer_model={other}",
+                    "exchange.peer_records=same_step",
+                    "run.threads=1",
+                ],
             )
             for m, other in (("llama", "qwen"), ("qwen", "llama"))
-        ],
-    }
-    if s.reference:
-        out["grpo4x"] = [
-            cfg("grpo4x", both, "exchange.enabled=false", f"rollout.group_size={4 * s.group_size}")
         ]
     return out
 
 
-def _run_parallel(cfgs: list[Config], log_dir: Path) -> None:
+# ------------------------------------------------------------------------- resumable runs
+
+
+def config_digest(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(to_dict(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def is_done(cfg: Config) -> bool:
+    """A finished run of exactly this config: reused instead of run again."""
+    marker = Path(cfg.run.out_dir) / "done.json"
+    if not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("config") == config_digest(cfg)
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def mark_done(cfg: Config, seconds: float) -> None:
+    marker = Path(cfg.run.out_dir) / "done.json"
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"config": config_digest(cfg), "seconds": round(seconds, 1)}))
+    tmp.replace(marker)
+
+
+def fresh(cfg: Config) -> None:
+    """An interrupted (or stale) run of the demo's own folder starts again from scratch."""
+    out = Path(cfg.run.out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+
+
+def run_inprocess(cfg: Config, train: Callable[[Config], object]) -> None:
+    fresh(cfg)
+    start = time.perf_counter()
+    train(cfg)
+    mark_done(cfg, time.perf_counter() - start)
+
+
+def run_parallel(cfgs: list[Config], log_dir: Path) -> None:
     """Run single-policy configs side by side as `graft train` processes (one core each)."""
     procs = []
+    start = time.perf_counter()
     for c in cfgs:
+        fresh(c)
         path = Path(c.run.out_dir).with_suffix(".yaml")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(to_dict(c), sort_keys=False))
         log = open(log_dir / f"{Path(c.run.out_dir).name}.log", "w")  # noqa: SIM115
-        procs.append(
-            (
-                subprocess.Popen(
-                    [sys.executable, "-m", "graft.cli", "train", str(path)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                ),
-                log,
-                path,
-            )
-        )
-    from tqdm.auto import tqdm
-
-    total = sum(c.run.steps for c in cfgs)
-    with tqdm(total=total, desc="stored-peer runs (in parallel)", dynamic_ncols=True) as bar:
-        while any(p.poll() is None for p, _, _ in procs):
-            done = sum(_steps_done(Path(c.run.out_dir)) for c in cfgs)
-            bar.update(max(done - bar.n, 0))
-            time.sleep(0.5)
-        bar.update(max(sum(_steps_done(Path(c.run.out_dir)) for c in cfgs) - bar.n, 0))
+        cmd = [sys.executable, "-m", "graft.cli", "train", str(path)]
+        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log, path))
     failed = []
     for proc, log, path in procs:
         proc.wait()
@@ -169,13 +263,8 @@ def _run_parallel(cfgs: list[Config], log_dir: Path) -> None:
             failed.append(f"{path} (see {log.name})")
     if failed:
         raise RuntimeError("stored-peer runs failed: " + ", ".join(failed))
-
-
-def _steps_done(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if '"reward/mean"' in line)
+    for c in cfgs:
+        mark_done(c, time.perf_counter() - start)
 
 
 def _build_one(preset: str) -> str:
@@ -185,73 +274,15 @@ def _build_one(preset: str) -> str:
     return str(build_tiny(preset, progress=False))
 
 
-def build_presets(s: DemoSettings) -> dict[str, str]:
-    """Both tiny models, built in parallel on first use (cached afterwards)."""
+def build_presets(s: DemoSettings) -> dict[str, dict[str, str]]:
+    """Every regime's two tiny models, built two at a time on first use (cached afterwards)."""
+    names = [s.presets[r][m] for r in s.regimes for m in MODELS]
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(2) as pool:
-        paths = pool.map(_build_one, [s.presets[m] for m in MODELS])
-    return dict(zip(MODELS, paths))
-
-
-def _policy_metrics(record: dict[str, Any], model: str, k: int) -> dict[str, float]:
-    out = {"mix": record[f"m/{model}/eval/test/avg@{k}"]}
-    for skill in MUL_SKILLS:
-        key = f"m/{model}/eval/test/{skill}/avg@{k}"
-        if key in record:
-            out[skill] = record[key]
-    return out
-
-
-def _single_metrics(record: dict[str, Any], k: int) -> dict[str, float]:
-    out = {"mix": record[f"eval/test/avg@{k}"]}
-    for skill in MUL_SKILLS:
-        if f"eval/test/{skill}/avg@{k}" in record:
-            out[skill] = record[f"eval/test/{skill}/avg@{k}"]
-    return out
-
-
-def collect(s: DemoSettings, cfgs: dict[str, list[Config]]) -> dict[str, Any]:
-    """Start and end accuracies of every (method, model) of one seed, and exchange totals."""
-    k = s.eval_samples
-    out: dict[str, Any] = {}
-    for method, configs in cfgs.items():
-        for c in configs:
-            records = read_metrics(c.run.out_dir)
-            first, last = records[0], records[-1]
-            if len(c.models) == 1:
-                name = c.models[0].name
-                out.setdefault(method, {})[name] = {
-                    "start": _single_metrics(first, k),
-                    "end": _single_metrics(last, k),
-                    "exchange": _exchange_totals(records, prefix="x/stored:"),
-                }
-            else:
-                for m in MODELS:
-                    out.setdefault(method, {})[m] = {
-                        "start": _policy_metrics(first, m, k),
-                        "end": _policy_metrics(last, m, k),
-                    }
-                if method == "graft":
-                    out[method]["exchange"] = _exchange_totals(records, prefix="x/")
-    return out
-
-
-def _exchange_totals(records: list[dict[str, Any]], *, prefix: str) -> dict[str, Any]:
-    totals: dict[str, dict[str, float]] = {}
-    for r in records:
-        for key, value in r.items():
-            if key.startswith(prefix) and key.count("/") == 2:
-                _, direction, metric = key.split("/")
-                if metric in (
-                    "candidates",
-                    "selected",
-                    "responses_sent",
-                    "admitted",
-                    "prompts_grafted",
-                    "dropped_weight",
-                ):
-                    d = totals.setdefault(direction, {})
-                    d[metric] = d.get(metric, 0.0) + float(value)
-    for d in totals.values():
-        d["admission_rate"] = d.get("admitted", 0.0) / max(d.get("responses_sent", 0.0), 1.0)
-    return totals
+    pool = ctx.Pool(2)
+    try:
+        paths = pool.map(_build_one, names)
+    finally:
+        pool.close()
+        pool.join()
+    built = dict(zip(names, paths))
+    return {r: {m: built[s.presets[r][m]] for m in MODELS} for r in s.regimes}

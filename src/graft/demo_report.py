@@ -1,28 +1,35 @@
-"""`graft demo`, part 2: complementarity (the paper's Figure 1), the run, and the results files."""
+"""`graft demo`, part 2: complementarity (the paper's Figure 1), the runs, and the results files.
+
+Every comparison goes through `graft.compare` (paired per-seed differences against GRPO with a
+95% Student t interval over seeds) and `graft.regime` (where the gate finds candidates and how
+much the weight admits), the same code as `graft compare`.
+"""
 
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from graft.compare import compare_units, load_units
+from graft.compare_report import final_point
 from graft.config import AlgoConfig, ModelConfig, RolloutConfig
 from graft.demo import (
-    LABELS,
+    ALL_METHODS,
     MODELS,
     DemoSettings,
-    _run_parallel,
     build_presets,
-    collect,
+    is_done,
+    regime_methods,
     run_configs,
+    run_inprocess,
+    run_parallel,
 )
 from graft.models.tiny import MUL_SKILLS
 from graft.rollout import SamplingParams
+from graft.stats import bootstrap_ratio, paired_interval
 from graft.tasks.arithmetic import ArithmeticTask
-
-SUITES = (*MUL_SKILLS, "mix")
 
 
 def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> dict[str, Any]:
@@ -35,7 +42,8 @@ def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> di
     from graft.tasks.scoring import verify_rollouts
 
     task = ArithmeticTask(ArithmeticConfig(skills=MUL_SKILLS, scratchpad=True))
-    problems = task.test_problems()[: s.eval_problems]
+    split = task.val_problems() if s.eval_suite == "val" else task.test_problems()
+    problems = split[: s.eval_problems]
     specs = [
         PolicySpec(
             model=ModelConfig(name=m, path=paths[m]),
@@ -82,156 +90,139 @@ def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> di
     return out
 
 
-def _mean_std(values: list[float]) -> dict[str, Any]:
+def _pending(s: DemoSettings, out: Path) -> list[tuple[str, int, str, list]]:
+    """Every (regime, seed, method, configs) of the design, in the order they run."""
+    jobs = []
+    for seed in s.seeds:
+        for regime in s.regimes:
+            cfgs = run_configs(s, out, regime, seed)
+            # GRPO first: the stored-peer runs read its trajectory store.
+            order = ["grpo", *(k for k in cfgs if k != "grpo")]
+            jobs += [(regime, seed, key, cfgs[key]) for key in order if key in cfgs]
+    return jobs
+
+
+def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
+    """Run (or reuse) every run of the design; returns the seconds spent per job label."""
+    from tqdm.auto import tqdm
+
+    from graft.trainer import train
+
+    jobs = _pending(s, out)
+    spent: dict[str, float] = {}
+    bar = tqdm(total=len(jobs), desc=f"demo runs ({s.mode})", dynamic_ncols=True)
+    with bar:
+        for regime, seed, key, cfgs in jobs:
+            name = f"{regime} seed {seed} {ALL_METHODS[key].label}"
+            bar.set_postfix_str(name)
+            if all(is_done(c) for c in cfgs):
+                bar.update(1)
+                continue
+            store = out / regime / f"seed_{seed}" / "grpo" / "trajectories"
+            if ALL_METHODS[key].stored and not store.is_dir():
+                raise RuntimeError(f"{name}: the GRPO run's trajectory store {store} is missing")
+            start = time.perf_counter()
+            if ALL_METHODS[key].stored and s.parallel:
+                run_parallel(cfgs, out / regime / f"seed_{seed}")
+            else:
+                for cfg in cfgs:
+                    run_inprocess(cfg, train)
+            spent[name] = time.perf_counter() - start
+            bar.update(1)
+    return spent
+
+
+def regime_result(s: DemoSettings, out: Path, regime: str) -> dict[str, Any]:
+    """Paired comparison against GRPO of every method of one regime, and stored/online retention."""
+    units = []
+    for seed in s.seeds:
+        for cfgs in run_configs(s, out, regime, seed).values():
+            for c in cfgs:
+                units += load_units(Path(c.run.out_dir))
+    result = compare_units(units, baseline=ALL_METHODS["grpo"].label)
+    result["retention"] = retention(result)
+    result["units"] = units
+    return result
+
+
+def retention(result: dict[str, Any]) -> dict[str, Any]:
+    """Stored-peer gain over online gain (both vs GRPO, final), per model and weak skill / mix:
+    the ratio of mean gains with a bootstrap range, and the paired difference stored - online."""
+    online, stored = ALL_METHODS["graft"].label, ALL_METHODS["stored"].label
+    out: dict[str, Any] = {}
+    for model, policy in result["policies"].items():
+        vs = policy["vs_baseline"]
+        if online not in vs or stored not in vs:
+            continue
+        seeds = sorted(set(vs[online]["seeds"]) & set(vs[stored]["seeds"]))
+        for suite, key in _suite_keys(model, result).items():
+            gains = {}
+            for label in (online, stored):
+                diffs = vs[label]["differences"][key]
+                by_seed = dict(zip(vs[label]["seeds"], diffs[final_point(list(diffs))]))
+                gains[label] = [by_seed[sd] for sd in seeds]
+            diff = paired_interval([a - b for a, b in zip(gains[stored], gains[online])])
+            out.setdefault(model, {})[suite] = {
+                "seeds": seeds,
+                "ratio": bootstrap_ratio(gains[stored], gains[online]),
+                "stored_minus_online": diff.to_dict(),
+            }
+    return out
+
+
+def _suite_keys(model: str, result: dict[str, Any]) -> dict[str, str]:
+    from graft.demo import STRONG, WEAK
+
+    policy = result["policies"][model]
+    any_method = next(iter(policy["methods"].values()))
+    mix = next(k for k in any_method["points"] if k.count("/") == 2 and "/avg@" in k)
+    suite = mix.split("/")[1]
+    k = mix.rsplit("@", 1)[1]
     return {
-        "mean": statistics.fmean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "values": values,
+        "weak": f"eval/{suite}/{WEAK[model]}/avg@{k}",
+        "strong": f"eval/{suite}/{STRONG[model]}/avg@{k}",
+        "mix": mix,
     }
-
-
-def summarize(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Mean ± std over seeds per method, model and suite; deltas against GRPO per seed."""
-    seeds = sorted(per_seed)
-    table: dict[str, Any] = {"start": {}}
-    for m in MODELS:
-        table["start"][m] = {
-            suite: _mean_std([per_seed[sd]["grpo"][m]["start"][suite] for sd in seeds])
-            for suite in SUITES
-        }
-    methods = [k for k in per_seed[seeds[0]] if k in LABELS]
-    deltas: dict[str, Any] = {}
-    for method in methods:
-        table[method] = {
-            m: {
-                suite: _mean_std([per_seed[sd][method][m]["end"][suite] for sd in seeds])
-                for suite in SUITES
-            }
-            for m in MODELS
-        }
-        if method != "grpo":
-            deltas[method] = {
-                m: {
-                    suite: _mean_std(
-                        [
-                            per_seed[sd][method][m]["end"][suite]
-                            - per_seed[sd]["grpo"][m]["end"][suite]
-                            for sd in seeds
-                        ]
-                    )
-                    for suite in SUITES
-                }
-                for m in MODELS
-            }
-    return {"table": table, "deltas_vs_grpo": deltas}
-
-
-def _cell(entry: dict[str, Any]) -> str:
-    if len(entry["values"]) == 1:
-        return f"{100 * entry['mean']:.1f}"
-    return f"{100 * entry['mean']:.1f} ± {100 * entry['std']:.1f}"
-
-
-def markdown(results: dict[str, Any]) -> str:
-    s, summary = results["settings"], results["summary"]
-    head = ["Method", *(f"{m} {suite.split(':')[-1]}" for m in MODELS for suite in SUITES)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for method, rows in summary["table"].items():
-        label = "start (pre-trained)" if method == "start" else LABELS[method]
-        cells = [_cell(rows[m][suite]) for m in MODELS for suite in SUITES]
-        lines.append("| " + " | ".join([label, *cells]) + " |")
-    for method, rows in summary["deltas_vs_grpo"].items():
-        cells = [f"{100 * rows[m][suite]['mean']:+.1f}" for m in MODELS for suite in SUITES]
-        lines.append("| " + " | ".join([f"Δ {LABELS[method]} − GRPO", *cells]) + " |")
-    comp = results["complementarity"]
-    text = [
-        f"# graft demo: GRAFT vs GRPO on two tiny heterogeneous models ({s['mode']})",
-        "",
-        f"Held-out accuracy (avg@{s['eval_samples']} at temperature 1, percent, "
-        f"{s['eval_problems']} problems: half multipliers 2-5, half 6-9) after {s['steps']} steps "
-        f"of {s['prompts_per_step']} prompts x {s['group_size']} responses per model; mean ± std "
-        f"over seeds {s['seeds']}. llama: Llama + character tokenizer, pre-trained mostly on 2-5; "
-        f"qwen: Qwen2 + BPE, mostly on 6-9.",
-        "",
-        *lines,
-        "",
-        "Complementarity before training (n = 8 samples per held-out prompt; the paper's "
-        "Figure 1 reports 47.9% / 18.7%):",
-    ]
-    for direction, d in comp["directions"].items():
-        src, dst = direction.split("->")
-        text.append(
-            f"- on {d['receiver_all_fail']} prompts where {dst} fails all 8, {src}'s "
-            f"group is mixed on {100 * d['fraction']:.1f}%"
-        )
-    text += ["", "Exchange (online GRAFT, all seeds and steps): "]
-    for direction, d in results["exchange"]["online"].items():
-        text.append(
-            f"- {direction}: {d['selected']:.0f} prompts selected, "
-            f"{d['admitted']:.0f}/{d['responses_sent']:.0f} responses admitted "
-            f"({100 * d['admission_rate']:.0f}%)"
-        )
-    text += ["", f"Wall time: {results['wall_s']:.0f} s."]
-    return "\n".join(text) + "\n"
 
 
 def run_demo(out: Path, s: DemoSettings) -> dict[str, Any]:
     """The whole demo; returns the content of results.json."""
-    from graft.report import plot_runs
-    from graft.trainer import train
+    from graft.demo_plot import plot_demo
+    from graft.demo_text import markdown
 
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    print(f"building (or reusing) the two tiny models: {', '.join(s.presets.values())}", flush=True)
+    names = ", ".join(p for r in s.regimes for p in s.presets[r].values())
+    print(f"building (or reusing) the tiny models: {names}", flush=True)
     paths = build_presets(s)
-    comp = complementarity(s, paths)
-    for direction, d in comp["directions"].items():
-        src, dst = direction.split("->")
-        print(
-            f"complementarity: where {dst} fails all 8 samples ({d['receiver_all_fail']} "
-            f"prompts), {src}'s group is mixed on {100 * d['fraction']:.1f}%",
-            flush=True,
-        )
-    per_seed, online = {}, {}
-    for seed in s.seeds:
-        cfgs = run_configs(s, out, seed)
-        for method in ("grpo", "graft", "grpo4x"):
-            for c in cfgs.get(method, []):
-                print(f"seed {seed}: {LABELS[method]}", flush=True)
-                train(_with_progress(c))
-        print(
-            f"seed {seed}: {LABELS['stored']} (each model against the other's GRPO store)",
-            flush=True,
-        )
-        _run_parallel(cfgs["stored"], out)
-        per_seed[seed] = collect(s, cfgs)
-        for direction, d in per_seed[seed]["graft"].get("exchange", {}).items():
-            agg = online.setdefault(direction, {})
-            for key, value in d.items():
-                agg[key] = agg.get(key, 0.0) + value if key != "admission_rate" else 0.0
-    for d in online.values():
-        d["admission_rate"] = d.get("admitted", 0.0) / max(d.get("responses_sent", 0.0), 1.0)
+    comps = {}
+    for regime in s.regimes:
+        comps[regime] = complementarity(s, paths[regime])
+        for direction, d in comps[regime]["directions"].items():
+            src, dst = direction.split("->")
+            print(
+                f"{regime}: where {dst} fails all 8 samples ({d['receiver_all_fail']} prompts), "
+                f"{src}'s group is mixed on {100 * d['fraction']:.1f}%",
+                flush=True,
+            )
+    spent = run_all(s, out)
+    regimes, units = {}, {}
+    for regime in s.regimes:
+        result = regime_result(s, out, regime)
+        units[regime] = result.pop("units")
+        regimes[regime] = {"complementarity": comps[regime], "compare": result}
     results = {
         "settings": {
-            **{k: v for k, v in s.__dict__.items() if k != "seeds"},
+            **{k: v for k, v in s.__dict__.items() if k not in ("seeds", "presets")},
             "seeds": list(s.seeds),
-            "mode": "quick" if s.quick else "default",
+            "presets": s.presets,
         },
-        "complementarity": comp,
-        "per_seed": per_seed,
-        "summary": summarize(per_seed),
-        "exchange": {"online": online},
+        "regimes": regimes,
+        "labels": {k: ALL_METHODS[k].label for r in s.regimes for k in regime_methods(s, r)},
+        "run_seconds": spent,
         "wall_s": time.perf_counter() - start,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     (out / "results.md").write_text(markdown(results))
-    first = out / f"seed_{s.seeds[0]}"
-    runs = [first / "grpo", first / "graft", first / "stored_llama", first / "stored_qwen"]
-    plot_runs([r for r in runs if (r / "metrics.jsonl").is_file()], out / "curves.png")
+    plot_demo(results, units, out / "curves.png")
     return results
-
-
-def _with_progress(cfg: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, progress=True))

@@ -112,6 +112,15 @@ def compatibility(
     raise ValueError(f"unknown exchange.weight {mode!r}")
 
 
+def own_mean_logprob(group: Group, *, eos_in_score: bool) -> float:
+    """The receiver's mean over its own responses of their mean token log-likelihood."""
+    own = group.rollout.completions_G
+    return sum(
+        mean_logprob(c.logprobs, stopped=c.finish_reason == "stop", eos_in_score=eos_in_score)
+        for c in own
+    ) / len(own)
+
+
 def _scored(logprobs: Sequence[float], stopped: bool, eos_in_score: bool) -> list[float]:
     values = list(logprobs)
     return values[:-1] if stopped and not eos_in_score and len(values) > 1 else values
@@ -150,11 +159,7 @@ def graft_direction(
     s_values, weights = [], []
     for req, imp in zip(requests, imported, strict=True):
         src = source[req.prompt_index].rollout.completions_G[req.member]
-        own = receiver[req.prompt_index].rollout.completions_G
-        own_mean = sum(
-            mean_logprob(c.logprobs, stopped=c.finish_reason == "stop", eos_in_score=eos)
-            for c in own
-        ) / len(own)
+        own_mean = own_mean_logprob(receiver[req.prompt_index], eos_in_score=eos)
         if imp.drop:
             s_values.append(float("nan"))
             weights.append(0.0)
@@ -179,6 +184,8 @@ def graft_direction(
     )
     metrics = direction_metrics(selection, receiver, source, requests, imported, s_values, weights)
     metrics["prompts_grafted"] = float(len(groups))
+    metrics.update(skill_metrics(receiver, source, requests, weights))
+    metrics.update(what_if_admission(receiver, source, requests, imported, cfg))
     return DirectionResult(groups=groups, metrics=metrics)
 
 
@@ -291,11 +298,15 @@ def direction_metrics(
 ) -> dict[str, float]:
     """Diagnostics of one direction in one step (logged under x/<source>-><receiver>/)."""
     all_fail = [i for i, g in enumerate(receiver) if g.all_fail]
+    correct = [source[r.prompt_index].verdicts_G[r.member].correct for r in requests]
     out = {
         "candidates": float(len(selection.candidates)),
         "selected": float(len(selection.selected)),
         "responses_sent": float(len(requests)),
         "admitted": float(sum(w > 0 for w in weights)),
+        "sent_correct": float(sum(correct)),
+        "admitted_correct": float(sum(w > 0 and c for w, c in zip(weights, correct))),
+        "admitted_wrong": float(sum(w > 0 and not c for w, c in zip(weights, correct))),
         "dropped_weight": float(sum(w <= 0 and not imp.drop for w, imp in zip(weights, imported))),
         "dropped_too_long": float(sum(imp.drop == "too_long" for imp in imported)),
         "dropped_empty": float(sum(imp.drop == "empty" for imp in imported)),
@@ -329,6 +340,63 @@ def direction_metrics(
     dst_tokens = sum(len(imp.response_ids) for imp in imported if not imp.drop)
     if src_tokens:
         out["len_ratio"] = dst_tokens / src_tokens
+    return out
+
+
+def skill_metrics(
+    receiver: Sequence[Group],
+    source: Sequence[Group],
+    requests: Sequence[PeerResponse],
+    weights: Sequence[float],
+) -> dict[str, float]:
+    """Counts per skill (`by_skill/<skill>/...`), summable over steps and seeds: the receiver's
+    prompts and all-fail prompts, the source's mixed groups on those, and the source's correct and
+    wrong responses sent and admitted. Empty when the problems carry no skill tag."""
+    out: dict[str, float] = {}
+
+    def add(skill: str, key: str, value: float) -> None:
+        if skill:
+            name = f"by_skill/{skill}/{key}"
+            out[name] = out.get(name, 0.0) + value
+
+    for r, s in zip(receiver, source):
+        add(r.problem.skill, "prompts", 1.0)
+        add(r.problem.skill, "all_fail", float(r.all_fail))
+        add(r.problem.skill, "peer_mixed", float(r.all_fail and s.mixed))
+    for req, w in zip(requests, weights):
+        group = source[req.prompt_index]
+        label = "correct" if group.verdicts_G[req.member].correct else "wrong"
+        add(group.problem.skill, f"sent_{label}", 1.0)
+        add(group.problem.skill, f"admitted_{label}", float(w > 0))
+    return out
+
+
+WHAT_IF_SCORES = ("paper", "per_byte", "receiver_relative")
+"""The scores whose admission is also counted for every direction (diagnostics only)."""
+
+
+def what_if_admission(
+    receiver: Sequence[Group],
+    source: Sequence[Group],
+    requests: Sequence[PeerResponse],
+    imported: Sequence[Imported],
+    cfg: ExchangeConfig,
+) -> dict[str, float]:
+    """How many of the peer's correct and wrong responses each documented score would admit at
+    the configured delta (`admit_if/<score>/{correct,wrong}`): which score would feed a direction
+    that the configured one starves. Pure arithmetic on the same records; changes no weight."""
+    out = {f"admit_if/{m}/{k}": 0.0 for m in WHAT_IF_SCORES for k in ("correct", "wrong")}
+    eos = cfg.eos_in_score
+    for req, imp in zip(requests, imported, strict=True):
+        if imp.drop:
+            continue
+        group = source[req.prompt_index]
+        own_mean = own_mean_logprob(receiver[req.prompt_index], eos_in_score=eos)
+        label = "correct" if group.verdicts_G[req.member].correct else "wrong"
+        src = group.rollout.completions_G[req.member]
+        for mode in WHAT_IF_SCORES:
+            s = compatibility(src, imp, mode=mode, eos_in_score=eos, receiver_own_mean=own_mean)
+            out[f"admit_if/{mode}/{label}"] += float(s > cfg.delta)
     return out
 
 

@@ -193,13 +193,17 @@ TINY_PRESETS: dict[str, TinySpec] = {
         seed=12,
     ),
 }
+# The same pair in a colder regime (`graft demo`, "cold skill"): pre-trained 99.5/0.5 and 0.5/99.5,
+# so each model's weak skill starts near 1-2% and GRPO gets almost no signal there.
+TINY_PRESETS["llama-char-mul-cold"] = dataclasses.replace(
+    TINY_PRESETS["llama-char-mul"], skill_weights=(0.995, 0.005)
+)
+TINY_PRESETS["qwen2-bpe-mul-cold"] = dataclasses.replace(
+    TINY_PRESETS["qwen2-bpe-mul"], skill_weights=(0.005, 0.995)
+)
 # Barely trained stand-ins of the pair, for `graft demo --quick` (checks the pipeline, not GRAFT).
-TINY_PRESETS["llama-char-mul-quick"] = dataclasses.replace(
-    TINY_PRESETS["llama-char-mul"], pretrain_steps=60
-)
-TINY_PRESETS["qwen2-bpe-mul-quick"] = dataclasses.replace(
-    TINY_PRESETS["qwen2-bpe-mul"], pretrain_steps=60
-)
+for _name in ("llama-char-mul", "qwen2-bpe-mul", "llama-char-mul-cold", "qwen2-bpe-mul-cold"):
+    TINY_PRESETS[f"{_name}-quick"] = dataclasses.replace(TINY_PRESETS[_name], pretrain_steps=60)
 
 
 # ----------------------------------------------------------------------------------- tokenizers

@@ -1,0 +1,40 @@
+"""`graft compare`: paired comparisons of runs over seeds, with intervals."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="paired per-seed differences between methods, with 95%% intervals",
+        description="Groups the runs by method (their config difference, or run.label) and seed, "
+        "and reports for every evaluated metric (per policy, suite and skill, at each evaluation "
+        "step and as the mean over the curve) the per-seed difference against the baseline: its "
+        "mean and a 95%% Student t interval over seeds. Writes compare.md, compare.json and "
+        "compare.png, with the exchange regime of every run that exchanged.",
+    )
+    compare.add_argument(
+        "runs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them"
+    )
+    compare.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="the method to compare against (default: the one with exchange.enabled=false)",
+    )
+    compare.add_argument("--out", metavar="DIR", help="output folder (default: the first RUN_DIR)")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from graft.compare import compare_runs
+    from graft.compare_report import write_report
+
+    result = compare_runs(args.runs, baseline=args.baseline)
+    out = Path(args.out or args.runs[0])
+    text = write_report(result, out)
+    print(text)
+    print(f"files: {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.png'}")
+    return 0

@@ -1,0 +1,216 @@
+"""`graft compare`, part 2: compare.md, compare.json and compare.png from `compare_runs`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graft.compare import CURVE_MEAN
+
+INTERVAL_RULE = (
+    "Differences are method − baseline in points (percent), paired by seed (same seed: same "
+    "initial weights, prompt order and evaluation samples): the mean over seeds and its 95% "
+    "Student t interval. 'not significant' means the interval contains 0; with one seed there is "
+    "no interval. Each cell is a separate test: about 1 in 20 intervals excludes 0 by chance "
+    "when a method changes nothing, so read a lone significant cell among many with care."
+)
+
+
+def metric_name(key: str) -> str:
+    """`eval/test/mul:3,1:2-5/avg@4` -> `test mul:3,1:2-5 avg@4`."""
+    return " ".join(key.split("/")[1:])
+
+
+def headline_metrics(metrics: Sequence[str]) -> list[str]:
+    """The avg@k metrics (suite and per skill); pass@k stays in compare.json."""
+    return [m for m in metrics if "/avg@" in m]
+
+
+def fmt_interval(iv: Mapping[str, Any], *, scale: float = 100.0) -> str:
+    """`+1.2 [-0.3, +2.7]`, or `+1.2 (one seed)`."""
+    mean = f"{scale * iv['mean']:+.1f}"
+    if iv["low"] is None:
+        return f"{mean} (one seed)"
+    return f"{mean} [{scale * iv['low']:+.1f}, {scale * iv['high']:+.1f}]"
+
+
+def verdict(iv: Mapping[str, Any]) -> str:
+    if iv["low"] is None:
+        return "no interval"
+    return "**significant**" if iv["significant"] else "not significant"
+
+
+def final_point(points: Sequence[str]) -> str:
+    steps = [p for p in points if p.startswith("step_")]
+    return max(steps, key=lambda p: int(p.split("_")[1]))
+
+
+def delta_table(policy: Mapping[str, Any], *, metrics: Sequence[str] | None = None) -> list[str]:
+    """Final and curve-mean differences against the baseline, one row per method and metric."""
+    lines = [
+        "| method | metric | final Δ [95% CI] | | curve mean Δ [95% CI] | | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, entry in policy["vs_baseline"].items():
+        for m in metrics or headline_metrics(list(entry["metrics"])):
+            points = entry["metrics"][m]
+            fin = points[final_point(list(points))]
+            cells = [label, metric_name(m), fmt_interval(fin), verdict(fin)]
+            if CURVE_MEAN in points:
+                cells += [fmt_interval(points[CURVE_MEAN]), verdict(points[CURVE_MEAN])]
+            else:
+                cells += ["-", "-"]
+            cells.append(str(len(entry["seeds"])))
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def step_table(policy: Mapping[str, Any], metric: str) -> list[str]:
+    """Mean accuracy per method at every evaluation step, and the difference at each step."""
+    methods = policy["methods"]
+    any_method = next(iter(methods.values()))
+    points = [p for p in any_method["points"][metric] if p.startswith("step_")]
+    head = ["method", *(p.replace("step_", "step ") for p in points)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, entry in methods.items():
+        row = [f"{100 * entry['points'][metric][p]['mean']:.1f}" for p in points]
+        lines.append("| " + " | ".join([label, *row]) + " |")
+    for label, entry in policy["vs_baseline"].items():
+        row = [fmt_interval(entry["metrics"][metric][p]) for p in points]
+        lines.append("| " + " | ".join([f"Δ {label}", *row]) + " |")
+    return lines
+
+
+def regime_lines(policy: Mapping[str, Any]) -> list[str]:
+    """The exchange regime of every method that exchanged into this policy."""
+    lines: list[str] = []
+    for label, entry in policy["methods"].items():
+        for rep in entry.get("regime", {}).values():
+            lines += [f"**{label}**: {rep['message']}.", ""]
+            if rep["skills"]:
+                lines += [
+                    "| skill | receiver all-fail | peer mixed on those | admitted correct | "
+                    "admitted wrong |",
+                    "|---|---|---|---|---|",
+                ]
+                for skill, s in rep["skills"].items():
+                    cells = [
+                        _pct(s["all_fail_share"]),
+                        _pct(s["peer_mixed_share"]),
+                        _pct(s["admitted_correct_share"]),
+                        _pct(s["admitted_wrong_share"]),
+                    ]
+                    lines.append("| " + " | ".join([skill, *cells]) + " |")
+                lines.append("")
+            if rep["if"] and rep["sent_correct"]:
+                alts = ", ".join(
+                    f"{score} {_pct(v['correct'])} / {_pct(v['wrong'])}"
+                    for score, v in rep["if"].items()
+                )
+                lines += [f"Admitted correct / wrong under each score at this delta: {alts}.", ""]
+    return lines
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    text = [
+        f"# graft compare: baseline {result['baseline']!r}",
+        "",
+        INTERVAL_RULE,
+        "",
+    ]
+    for name, policy in result["policies"].items():
+        text += [f"## {name}", "", "| method | seeds | runs |", "|---|---|---|"]
+        for label, entry in policy["methods"].items():
+            seeds = ", ".join(str(s) for s in entry["seeds"])
+            text.append(f"| {label} | {seeds} | {len(entry['runs'])} |")
+        text.append("")
+        if policy["vs_baseline"]:
+            text += ["### Against the baseline: final and mean over the curve", ""]
+            text += [*delta_table(policy), ""]
+            any_method = next(iter(policy["methods"].values()))
+            for metric in headline_metrics(list(any_method["points"])):
+                text += [f"### {metric_name(metric)} at every evaluation", ""]
+                text += [*step_table(policy, metric), ""]
+        else:
+            text += [f"No runs of the baseline for {name}.", ""]
+        regime = regime_lines(policy)
+        if regime:
+            text += ["### Exchange regime (summed over steps and seeds)", "", *regime]
+    return "\n".join(text) + "\n"
+
+
+def draw_bands(ax: Any, policy: Mapping[str, Any], metric: str, *, colors: Mapping) -> None:
+    """One line per method (mean over seeds) with its 95% band, on one axes."""
+    for label, entry in policy["methods"].items():
+        pts = entry["points"].get(metric)
+        if not pts:
+            continue
+        steps = [p for p in pts if p.startswith("step_")]
+        x = [int(p.split("_")[1]) for p in steps]
+        mean = [100 * pts[p]["mean"] for p in steps]
+        ax.plot(x, mean, marker="o", ms=3, label=label, color=colors.get(label))
+        if all(pts[p]["low"] is not None for p in steps):
+            low = [100 * pts[p]["low"] for p in steps]
+            high = [100 * pts[p]["high"] for p in steps]
+            ax.fill_between(x, low, high, alpha=0.15, color=colors.get(label))
+    ax.set(xlabel="step", ylabel="accuracy (%)")
+    ax.grid(alpha=0.3)
+
+
+def method_colors(labels: Sequence[str]) -> dict[str, str]:
+    palette = ["#444444", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    palette += ["#e377c2", "#17becf", "#bcbd22"]
+    return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+
+
+def plot(result: Mapping[str, Any], out: Path) -> None:
+    """compare.png: a row per policy, a column per avg@k metric, one band per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = result["policies"]
+    columns = {
+        name: headline_metrics(list(next(iter(p["methods"].values()))["points"]))
+        for name, p in policies.items()
+    }
+    ncols = max(len(c) for c in columns.values())
+    fig, axes = plt.subplots(
+        len(policies), ncols, figsize=(4.2 * ncols, 3.4 * len(policies)), squeeze=False
+    )
+    colors = method_colors(result["methods"])
+    for row, (name, policy) in enumerate(policies.items()):
+        for col in range(ncols):
+            ax = axes[row][col]
+            if col >= len(columns[name]):
+                ax.axis("off")
+                continue
+            draw_bands(ax, policy, columns[name][col], colors=colors)
+            ax.set_title(f"{name}: {metric_name(columns[name][col])}", fontsize=9)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def to_json(result: Mapping[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in result.items() if k != "units"}
+    body["interval_rule"] = INTERVAL_RULE
+    return body
+
+
+def write_report(result: Mapping[str, Any], out: Path) -> str:
+    """Write compare.md, compare.json and compare.png into `out`; returns the markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(result)
+    (out / "compare.md").write_text(text)
+    (out / "compare.json").write_text(json.dumps(to_json(result), indent=2, sort_keys=True))
+    plot(result, out / "compare.png")
+    return text

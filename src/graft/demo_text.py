@@ -1,0 +1,155 @@
+"""`graft demo`, part 3: results.md, from results.json's content."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from graft.compare import CURVE_MEAN
+from graft.compare_report import INTERVAL_RULE, final_point, fmt_interval, regime_lines
+from graft.demo import MODELS, STRONG, WEAK
+
+REGIME_TEXT = {
+    "latent": "pre-trained 97/3 (llama) and 2/98 (qwen) on multipliers 2-5 / 6-9: each weak "
+    "skill starts low but GRPO gets some signal on it",
+    "cold": "pre-trained 99.5/0.5 and 0.5/99.5: each weak skill starts near 1-2%, so GRPO gets "
+    "almost no signal on it",
+}
+
+
+def _columns(compare: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(model, header, metric key) for weak skill, strong skill and mix of each model."""
+    any_policy = next(iter(compare["policies"].values()))
+    mix = next(k for k in next(iter(any_policy["methods"].values()))["points"] if k.count("/") == 2)
+    suite, k = mix.split("/")[1], mix.rsplit("@", 1)[1]
+    cols = []
+    for m in MODELS:
+        for kind, skill in (("weak", WEAK[m]), ("strong", STRONG[m])):
+            cols.append(
+                (m, f"{m} {skill.split(':')[-1]} ({kind})", f"eval/{suite}/{skill}/avg@{k}")
+            )
+        cols.append((m, f"{m} mix", mix))
+    return cols
+
+
+def accuracy_table(compare: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+    cols = _columns(compare)
+    lines = [
+        "| Method | " + " | ".join(h for _, h, _ in cols) + " |",
+        "|---" * (len(cols) + 1) + "|",
+    ]
+    grpo = compare["baseline"]
+    start = []
+    for m, _, key in cols:
+        pts = compare["policies"][m]["methods"][grpo]["points"][key]
+        start.append(f"{100 * pts['step_0']['mean']:.1f}")
+    lines.append("| start (pre-trained) | " + " | ".join(start) + " |")
+    for label in labels.values():
+        if label not in compare["policies"][MODELS[0]]["methods"]:
+            continue
+        cells = []
+        for m, _, key in cols:
+            pts = compare["policies"][m]["methods"][label]["points"][key]
+            cells.append(f"{100 * pts[final_point(list(pts))]['mean']:.1f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def delta_rows(compare: Mapping[str, Any], point: str) -> tuple[list[str], list[str]]:
+    """Δ vs GRPO at the final evaluation (point="final") or over the curve, and the cells that
+    are significant."""
+    cols = _columns(compare)
+    lines = [
+        "| Δ vs GRPO | " + " | ".join(h for _, h, _ in cols) + " |",
+        "|---" * (len(cols) + 1) + "|",
+    ]
+    significant = []
+    labels = list(compare["policies"][MODELS[0]]["vs_baseline"])
+    for label in labels:
+        cells = []
+        for m, header, key in cols:
+            pts = compare["policies"][m]["vs_baseline"][label]["metrics"][key]
+            iv = pts[final_point(list(pts)) if point == "final" else CURVE_MEAN]
+            star = " *" if iv["significant"] else ""
+            cells.append(fmt_interval(iv) + star)
+            if iv["significant"]:
+                where = "final" if point == "final" else "mean over the curve"
+                significant.append(f"{label} on {header}, {where}: {fmt_interval(iv)}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines, significant
+
+
+def retention_lines(compare: Mapping[str, Any]) -> list[str]:
+    out = []
+    for model, suites in compare.get("retention", {}).items():
+        for suite, r in suites.items():
+            ratio = r["ratio"]
+            if ratio["ratio"] is None or ratio["low"] is None:
+                rtext = "undefined (the online gain's interval contains 0)"
+            else:
+                rtext = (
+                    f"{100 * ratio['ratio']:.0f}% (bootstrap over seeds {100 * ratio['low']:.0f}% "
+                    f"to {100 * ratio['high']:.0f}%)"
+                )
+            diff = fmt_interval(r["stored_minus_online"])
+            out.append(f"- {model} {suite}: stored − online {diff}; retention {rtext}")
+    return out
+
+
+def regime_section(name: str, regime: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+    compare = regime["compare"]
+    text = [f"## Regime: {name}", "", REGIME_TEXT.get(name, ""), ""]
+    for direction, d in regime["complementarity"]["directions"].items():
+        src, dst = direction.split("->")
+        text.append(
+            f"- before training, on {d['receiver_all_fail']} held-out prompts where {dst} fails "
+            f"all 8 samples, {src}'s group is mixed on {100 * d['fraction']:.1f}%"
+        )
+    text += ["", "Held-out accuracy (percent, mean over seeds) at the last evaluation:", ""]
+    text += [*accuracy_table(compare, labels), ""]
+    final, sig_final = delta_rows(compare, "final")
+    curve, sig_curve = delta_rows(compare, "curve")
+    text += [
+        "Difference to GRPO at the last evaluation (points, 95% CI over seeds; * significant):"
+    ]
+    text += ["", *final, "", "Difference to GRPO, mean over the evaluations after step 0:", ""]
+    text += [*curve, ""]
+    seeds = len(next(iter(compare["policies"].values()))["methods"][compare["baseline"]]["seeds"])
+    if seeds < 2:
+        text.append("**One seed: no intervals, and no claim.** Run `graft demo --study`.")
+    elif sig_final or sig_curve:
+        text.append(
+            f"**Significant at 95% ({seeds} seeds):** " + "; ".join(sig_final + sig_curve) + "."
+        )
+        text.append("Every other difference in these tables is not significant.")
+    else:
+        text.append(f"**No difference to GRPO is significant at 95% ({seeds} seeds).**")
+    ret = retention_lines(compare)
+    if ret:
+        text += ["", "Stored-peer vs online GRAFT (final, gains over GRPO):", "", *ret]
+    text += ["", "### Exchange regime", ""]
+    for model, policy in compare["policies"].items():
+        text += [f"Into {model}:", "", *regime_lines(policy)]
+    return text
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    s = results["settings"]
+    labels = results["labels"]
+    text = [
+        f"# graft demo ({s['mode']}): where GRAFT helps and where its gate starves",
+        "",
+        f"Two tiny models that differ in architecture and tokenizer (llama: Llama + character "
+        f"tokenizer, strong on multipliers 2-5; qwen: Qwen2 + BPE, strong on 6-9). Per model "
+        f"{s['steps']} steps of {s['prompts_per_step']} prompts x {s['group_size']} responses, "
+        f"lr {s['lr']:g}; held-out avg@{s['eval_samples']} at temperature 1 on "
+        f"{s['eval_problems']} problems of the {s['eval_suite']} split, every {s['eval_every']} "
+        f"steps; seeds {s['seeds']}.",
+        "",
+        INTERVAL_RULE,
+        "",
+    ]
+    for name, regime in results["regimes"].items():
+        text += [*regime_section(name, regime, labels), ""]
+    text.append(f"Wall time: {results['wall_s']:.0f} s.")
+    return "\n".join(text) + "\n"

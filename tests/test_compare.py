@@ -1,0 +1,212 @@
+"""`graft compare`: intervals that cover at the nominal rate, pairing by seed, clear refusals."""
+
+import json
+import random
+import statistics
+
+import pytest
+import yaml
+
+from graft.cli import main
+from graft.compare import Unit, compare_runs, compare_units
+from graft.config import Config, load_config, to_dict
+from graft.stats import (
+    bootstrap_ratio,
+    paired_interval,
+    percentile_bootstrap_mean,
+    t_cdf,
+    t_quantile,
+)
+
+SKILLS = ("mul:3,1:2-5", "mul:3,1:6-9")
+
+
+def test_t_quantiles_match_the_printed_table():
+    # Two-sided 95% critical values from any t table.
+    for df, want in [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)]:
+        assert t_quantile(0.975, df) == pytest.approx(want, abs=5e-4)
+    assert t_cdf(0.0, 7) == pytest.approx(0.5)
+    assert t_cdf(-2.776, 4) == pytest.approx(0.025, abs=1e-4)
+    assert t_quantile(0.025, 4) == pytest.approx(-t_quantile(0.975, 4))
+
+
+def test_paired_interval_by_hand():
+    iv = paired_interval([0.01, 0.03, 0.02, 0.04, 0.00])
+    # mean 0.02, sd = sqrt(0.001 / 4) = 0.0158114, half = 2.776445 * 0.0158114 / sqrt(5)
+    half = 2.776445105 * 0.01581139 / 5**0.5
+    assert iv.mean == pytest.approx(0.02)
+    assert iv.low == pytest.approx(0.02 - half, abs=1e-7)
+    assert iv.high == pytest.approx(0.02 + half, abs=1e-7)
+    assert iv.significant  # low = 0.00037 > 0
+    one = paired_interval([0.5])
+    assert one.low is None and not one.significant
+
+
+def _simulate(effect, *, n_seeds=5, trials=3000, sd=1.0, seed=0):
+    rng = random.Random(seed)
+    covered = significant = boot_covered = 0
+    for _ in range(trials):
+        diffs = [rng.gauss(effect, sd) for _ in range(n_seeds)]
+        iv = paired_interval(diffs)
+        covered += iv.low <= effect <= iv.high
+        significant += iv.significant
+    for t in range(300):
+        diffs = [rng.gauss(effect, sd) for _ in range(n_seeds)]
+        lo, hi = percentile_bootstrap_mean(diffs, draws=400, seed=t)
+        boot_covered += lo <= effect <= hi
+    return covered / trials, significant / trials, boot_covered / 300
+
+
+def test_intervals_cover_zero_and_known_effects_at_the_nominal_rate():
+    # No effect: the 95% intervals contain 0 about 95% of the time (3000 trials: SE 0.4 points).
+    cover0, sig0, boot0 = _simulate(0.0)
+    assert 0.935 <= cover0 <= 0.965
+    assert 0.035 <= sig0 <= 0.065
+    # A known effect is covered at the nominal rate too.
+    cover1, _, _ = _simulate(0.7, seed=1)
+    assert 0.935 <= cover1 <= 0.965
+    # An effect of 3 sd (per-seed differences) is called significant with 5 seeds.
+    _, sig3, _ = _simulate(3.0, seed=2)
+    assert sig3 > 0.99
+    # Why not the percentile bootstrap over 5 seeds: it covers far less than 95%.
+    assert boot0 < 0.9
+
+
+def test_ratio_is_undefined_when_the_denominator_is_not_significant():
+    assert bootstrap_ratio([1.0, 2.0], [0.5, -0.4])["low"] is None
+    r = bootstrap_ratio([1.0, 1.2, 0.8, 1.1, 0.9], [2.0, 2.1, 1.9, 2.2, 1.8])
+    assert r["ratio"] == pytest.approx(0.5)
+    assert r["low"] <= 0.5 <= r["high"]
+
+
+def _unit(label, seed, values, *, policy="llama", steps=(0, 10, 20)):
+    curve = dict(zip(steps, values))
+    return Unit(
+        run_dir=f"runs/{label}_{seed}",
+        policy=policy,
+        seed=seed,
+        label=label,
+        signature={"exchange.enabled": "false" if label == "grpo" else "true", "x": label},
+        eval_setup={k: "1" for k in ("suites", "num_problems", "samples")}
+        | {k: "1" for k in ("temperature", "top_p", "max_new_tokens")},
+        curves={"eval/test/avg@4": curve},
+        reward={},
+    )
+
+
+def test_compare_units_pairs_by_seed_and_computes_each_point():
+    base = {0: [0.1, 0.2, 0.3], 1: [0.1, 0.25, 0.35], 2: [0.1, 0.2, 0.4]}
+    gain = {0: [0.1, 0.3, 0.4], 1: [0.1, 0.3, 0.5], 2: [0.1, 0.2, 0.45], 7: [0.1, 0.9, 0.9]}
+    units = [_unit("grpo", s, v) for s, v in base.items()]
+    units += [_unit("graft", s, v) for s, v in gain.items()]
+    result = compare_units(units)
+    assert result["baseline"] == "grpo"
+    entry = result["policies"]["llama"]["vs_baseline"]["graft"]
+    assert entry["seeds"] == [0, 1, 2] and entry["unpaired_seeds"] == [7]
+    m = entry["metrics"]["eval/test/avg@4"]
+    final = [0.4 - 0.3, 0.5 - 0.35, 0.45 - 0.4]
+    assert m["step_20"]["mean"] == pytest.approx(statistics.fmean(final))
+    assert m["step_0"]["mean"] == pytest.approx(0.0)
+    curve = [(0.35 - 0.25), (0.4 - 0.3), (0.325 - 0.3)]  # mean over steps 10 and 20
+    assert m["curve_mean"]["mean"] == pytest.approx(statistics.fmean(curve))
+    assert m["step_20"]["low"] == pytest.approx(paired_interval(final).low)
+
+
+def _write_run(path, overrides, steps=(0, 5, 10), accs=None, policies=("llama",), seed=0):
+    cfg = load_config(Config, "configs/grpo_tiny.yaml", [*overrides, f"run.seed={seed}"])
+    if len(policies) > 1:
+        entries = ", ".join(f"{{name: {p}, path: 'tiny:llama-char-add'}}" for p in policies)
+        cfg = load_config(Config, None, [*overrides, f"run.seed={seed}", f"models=[{entries}]"])
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    accs = accs or {}
+    lines = []
+    for i, step in enumerate(steps):
+        record = {"step": step}
+        for p in policies:
+            prefix = f"m/{p}/" if len(policies) > 1 else ""
+            acc = accs.get(p, [0.1 * (j + 1) for j in range(len(steps))])[i]
+            record[f"{prefix}eval/test/avg@2"] = acc
+            for skill in SKILLS:
+                record[f"{prefix}eval/test/{skill}/avg@2"] = acc
+            record[f"{prefix}reward/mean"] = acc
+        lines.append(json.dumps(record))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_compare_cli_names_methods_by_config_difference_and_writes_three_files(tmp_path, capsys):
+    for seed in range(3):
+        _write_run(
+            tmp_path / f"grpo_{seed}",
+            ["exchange.enabled=false", "eval.every=5"],
+            accs={"llama": [0.1, 0.2, 0.3]},
+            seed=seed,
+        )
+        _write_run(
+            tmp_path / f"lr_{seed}",
+            ["exchange.enabled=false", "eval.every=5", "models.0.optim.lr=3e-5"],
+            accs={"llama": [0.1, 0.3, 0.4 + 0.01 * seed]},
+            seed=seed,
+        )
+    # Both methods train without exchange: the baseline must be named.
+    line = _one_line_error(capsys, ["compare", str(tmp_path)])
+    assert "--baseline" in line
+    lr0 = load_config(Config, "configs/grpo_tiny.yaml", []).models[0].optim.lr
+    base, lr = f"model.optim.lr={lr0!r}", "model.optim.lr=3e-05"
+    assert f"'{base}'" in line and f"'{lr}'" in line
+    out = tmp_path / "out"
+    assert main(["compare", str(tmp_path), "--out", str(out), "--baseline", base]) == 0
+    body = json.loads((out / "compare.json").read_text())
+    assert body["methods"] == sorted([base, lr]) and body["baseline"] == base
+    final = body["policies"]["llama"]["vs_baseline"][lr]["metrics"]["eval/test/avg@2"]["step_10"]
+    assert final["mean"] == pytest.approx(0.11) and final["significant"]
+    text = (tmp_path / "out" / "compare.md").read_text()
+    assert "significant" in text and "[" in text
+    assert (tmp_path / "out" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    assert "compare.md" in capsys.readouterr().out
+
+
+def _one_line_error(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("graft: error: "), err
+    return err[0]
+
+
+def test_incomparable_runs_get_one_line(tmp_path, capsys):
+    _write_run(tmp_path / "a", ["exchange.enabled=false", "eval.every=5"], steps=(0, 5, 10))
+    _write_run(tmp_path / "b", ["eval.every=4"], steps=(0, 4, 8))
+    line = _one_line_error(capsys, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert "not comparable" in line
+    _write_run(tmp_path / "c", ["exchange.enabled=false", "eval.every=5", "eval.samples=8"])
+    line = _one_line_error(capsys, ["compare", str(tmp_path / "a"), str(tmp_path / "c")])
+    assert "eval.samples" in line
+    line = _one_line_error(capsys, ["compare", str(tmp_path / "nowhere")])
+    assert "nowhere" in line
+    line = _one_line_error(capsys, ["compare", str(tmp_path / "a"), "--baseline", "xyz"])
+    assert "xyz" in line
+    _write_run(tmp_path / "d", ["exchange.enabled=false", "eval.every=5"])
+    line = _one_line_error(capsys, ["compare", str(tmp_path / "a"), str(tmp_path / "d")])
+    assert "two runs" in line and "seed 0" in line
+
+
+def test_multi_policy_runs_split_into_policies_and_keep_explicit_labels(tmp_path):
+    for seed in range(2):
+        _write_run(
+            tmp_path / f"g{seed}",
+            ["exchange.enabled=false", "eval.every=5", "run.label=GRPO"],
+            policies=("a", "b"),
+            seed=seed,
+        )
+        _write_run(
+            tmp_path / f"x{seed}",
+            ["eval.every=5", "run.label=GRAFT"],
+            policies=("a", "b"),
+            accs={"a": [0.1, 0.3, 0.5], "b": [0.1, 0.2, 0.3]},
+            seed=seed,
+        )
+    result = compare_runs([tmp_path])
+    assert result["baseline"] == "GRPO" and result["methods"] == ["GRAFT", "GRPO"]
+    assert set(result["policies"]) == {"a", "b"}
+    a = result["policies"]["a"]["vs_baseline"]["GRAFT"]["metrics"]["eval/test/avg@2"]["step_10"]
+    assert a["mean"] == pytest.approx(0.2) and a["sd"] == 0.0
