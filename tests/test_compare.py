@@ -210,3 +210,10 @@ def test_multi_policy_runs_split_into_policies_and_keep_explicit_labels(tmp_path
     assert set(result["policies"]) == {"a", "b"}
     a = result["policies"]["a"]["vs_baseline"]["GRAFT"]["metrics"]["eval/test/avg@2"]["step_10"]
     assert a["mean"] == pytest.approx(0.2) and a["sd"] == 0.0
+
+
+def test_one_label_on_two_configs_is_refused_naming_the_difference(tmp_path, capsys):
+    _write_run(tmp_path / "a", ["eval.every=5", "run.label=X"])
+    _write_run(tmp_path / "b", ["eval.every=5", "run.label=X", "models.0.optim.lr=3e-5"])
+    line = _one_line_error(capsys, ["compare", str(tmp_path), "--baseline", "X"])
+    assert "'X'" in line and "model.optim.lr" in line

@@ -193,6 +193,16 @@ def method_labels(units: Sequence[Unit]) -> dict[str, str]:
             if explicit.get(key, u.label) != u.label:
                 raise DataError(f"{u.run_dir}: same settings as another run but label {u.label!r}")
             explicit[key] = u.label
+    by_label: dict[str, str] = {}
+    for key, label in explicit.items():
+        if label in by_label:
+            a, b = sigs[by_label[label]], sigs[key]
+            diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            raise DataError(
+                f"runs labelled {label!r} differ in {', '.join(diff[:3])}: give them different "
+                "run.label values"
+            )
+        by_label[label] = key
     keys = sorted({k for s in sigs.values() for k in s})
     varying = [k for k in keys if len({s.get(k) for s in sigs.values()}) > 1]
     common = {k: Counter(s.get(k) for s in sigs.values()).most_common(1)[0][0] for k in varying}
@@ -254,10 +264,14 @@ def compare_units(units: Sequence[Unit], *, baseline: str | None = None) -> dict
         raise DataError("no runs to compare")
     for policy in sorted({u.policy for u in units}):
         _check_comparable([u for u in units if u.policy == policy])
-    labels = method_labels(units)
+    labels = {
+        (policy, sig): label
+        for policy in {u.policy for u in units}
+        for sig, label in method_labels([u for u in units if u.policy == policy]).items()
+    }
     by_policy: dict[str, dict[str, dict[int, Unit]]] = {}
     for u in units:
-        label = labels[json.dumps(u.signature, sort_keys=True)]
+        label = labels[u.policy, json.dumps(u.signature, sort_keys=True)]
         seeds = by_policy.setdefault(u.policy, {}).setdefault(label, {})
         if u.seed in seeds:
             raise DataError(
@@ -278,10 +292,10 @@ def compare_units(units: Sequence[Unit], *, baseline: str | None = None) -> dict
     return out
 
 
-def _default_baseline(units: Sequence[Unit], labels: Mapping[str, str]) -> str:
+def _default_baseline(units: Sequence[Unit], labels: Mapping[tuple[str, str], str]) -> str:
     off = sorted(
         {
-            labels[json.dumps(u.signature, sort_keys=True)]
+            labels[u.policy, json.dumps(u.signature, sort_keys=True)]
             for u in units
             if u.signature.get("exchange.enabled") == "false"
         }
