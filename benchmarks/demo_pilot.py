@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from graft.compare import CURVE_MEAN
-from graft.demo import MODELS, STUDY, WEAK, DemoSettings
+from graft.demo import MODELS, WEAK, DemoSettings
 from graft.demo_report import regime_result, run_all
 
 
@@ -59,11 +59,12 @@ def main() -> None:
         }
         print(f"lr {lr:g}: criterion {scores[lr]['criterion']:.4f}  {json.dumps(per)}", flush=True)
     best = max(scores, key=lambda lr: scores[lr]["criterion"])
-    body = {"seeds": list(seeds), "design": STUDY, "scores": scores, "chosen_lr": best}
+    body = {"seeds": list(seeds), "scores": scores, "chosen_lr": best}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "pilot.json").write_text(json.dumps(body, indent=2))
     criteria = {k: v["criterion"] for k, v in scores.items()}
     print(f"BENCH {json.dumps({'chosen_lr': best, 'criteria': criteria})}")
+
 
 if __name__ == "__main__":
     main()
