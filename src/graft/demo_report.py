@@ -91,15 +91,17 @@ def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> di
 
 
 def _pending(s: DemoSettings, out: Path) -> list[tuple[str, int, str, list]]:
-    """Every (regime, seed, method, configs) of the design, in the order they run."""
-    jobs = []
+    """Every (regime, seed, method, configs) of the design, in the order they run: the main
+    methods of every seed first (GRPO first: stored-peer runs read its store), then the
+    ablations, so a study stopped part-way has its main comparisons over as many seeds as
+    possible."""
+    main, extra = [], []
     for seed in s.seeds:
         for regime in s.regimes:
             cfgs = run_configs(s, out, regime, seed)
-            # GRPO first: the stored-peer runs read its trajectory store.
-            order = ["grpo", *(k for k in cfgs if k != "grpo")]
-            jobs += [(regime, seed, key, cfgs[key]) for key in order if key in cfgs]
-    return jobs
+            for key in ["grpo", *(k for k in cfgs if k != "grpo")]:
+                (main if key in s.methods else extra).append((regime, seed, key, cfgs[key]))
+    return main + extra
 
 
 def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
