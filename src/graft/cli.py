@@ -86,8 +86,10 @@ def _parser() -> argparse.ArgumentParser:
 
     from graft.cli_compare import add_parser as add_compare
     from graft.cli_eval import add_parsers
+    from graft.export import add_parser as add_export
 
     add_parsers(sub)
+    add_export(sub)
     add_compare(sub)
 
     demo = sub.add_parser(
@@ -281,6 +283,7 @@ COMMANDS = {
     "demo": cmd_demo,
     "eval": lambda args: _eval_cli().cmd_eval(args),
     "plot": lambda args: _eval_cli().cmd_plot(args),
+    "export-merged": lambda args: _export_cli(args),
     "compare": lambda args: _compare_cli(args),
 }
 
@@ -289,6 +292,12 @@ def _compare_cli(args: argparse.Namespace) -> int:
     from graft.cli_compare import cmd_compare
 
     return cmd_compare(args)
+
+
+def _export_cli(args: argparse.Namespace) -> int:
+    from graft.export import cmd_export_merged
+
+    return cmd_export_merged(args)
 
 
 def _eval_cli():

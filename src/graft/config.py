@@ -22,6 +22,7 @@ __all__ = [
     "ConfigError",
     "EvalConfig",
     "ExchangeConfig",
+    "LoRAConfig",
     "MathDataConfig",
     "ModelConfig",
     "OptimConfig",
@@ -161,6 +162,22 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
+class LoRAConfig:
+    r: int = 0
+    """Rank of the low-rank adapters (LoRA, Hu et al. 2021, through `peft`); 0: off, the whole
+    model is trained. With r > 0 only the adapters train and hold optimizer state; the base
+    weights stay as loaded, and checkpoints hold the adapter alone."""
+    alpha: float = 0.0
+    """Scale numerator: an adapter's output is multiplied by alpha / r; 0: alpha = 2 r."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input in the update's forward passes (seeded per step); sampling
+    and scoring run without it."""
+    target_modules: tuple[str, ...] = ()
+    """Names of the layers that get adapters (`q_proj`, `v_proj`, GPT-2's `c_attn`, ...): a
+    module whose name ends in one of them; empty: every linear layer except the output head."""
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str = "policy"
     """Short name; metrics of this policy are logged under `m/<name>/...` when several train."""
@@ -184,6 +201,8 @@ class ModelConfig:
     """Wrap the templated prompt as a user turn with the tokenizer's chat template."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """This policy's optimizer."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """Train low-rank adapters instead of the whole model (off by default)."""
 
 
 @dataclass(frozen=True)
@@ -384,6 +403,25 @@ def _check(ok: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
+def _check_lora(lora: LoRAConfig, key: str, *, engine: str) -> None:
+    _check(lora.r >= 0, f"{key}.r", f"must be >= 0 (0: off), got {lora.r}")
+    if lora.r == 0:
+        return
+    _check(lora.alpha >= 0, f"{key}.alpha", f"must be > 0 (0: 2 r), got {lora.alpha}")
+    _check(0 <= lora.dropout < 1, f"{key}.dropout", f"must be in [0, 1), got {lora.dropout}")
+    for name in lora.target_modules:
+        _check(
+            bool(name) and all(part.isidentifier() for part in name.split(".")),
+            f"{key}.target_modules",
+            f"{name!r} is not a module name (e.g. q_proj)",
+        )
+    _check(
+        engine != "vllm",
+        f"{key}.r",
+        "LoRA adapters cannot be pushed into the vLLM engine; use rollout.engine=hf",
+    )
+
+
 def validate(cfg: Config) -> None:
     """Cross-field checks; raises ConfigError naming the offending key."""
     r, a = cfg.rollout, cfg.algo
@@ -437,6 +475,7 @@ def validate(cfg: Config) -> None:
         )
         _check(m.optim.lr > 0, f"models.{i}.optim.lr", "must be > 0")
         _check(m.optim.grad_clip >= 0, f"models.{i}.optim.grad_clip", "must be >= 0")
+        _check_lora(m.lora, f"models.{i}.lora", engine=cfg.rollout.engine)
     t = cfg.task
     if t.name == "math":
         _check(bool(t.math.train), "task.math.train", "set a data file or dataset name")

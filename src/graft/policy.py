@@ -7,6 +7,7 @@ actors) using only the plain records of `graft.types`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -18,10 +19,21 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from graft.config import AlgoConfig, ModelConfig, RolloutConfig
+from graft.config import AlgoConfig, ConfigError, ModelConfig, RolloutConfig
 from graft.errors import DataError
 from graft.modeling import score_sequences
 from graft.models import load_model_and_tokenizer, model_fingerprint
+from graft.models.load import state_fingerprint
+from graft.models.lora import (
+    AdapterOff,
+    LoRAError,
+    adapter_dropout,
+    adapter_state,
+    apply_lora,
+    load_adapter,
+    lora_enabled,
+    save_adapter,
+)
 from graft.rollout import SamplingParams, sample
 from graft.transfer import Imported, PeerResponse
 from graft.types import Completion, Problem, Rollout, TrainGroup
@@ -93,14 +105,25 @@ class Policy:
         )
         self.model.eval()  # no dropout in RL updates; gradients still flow
         self.fingerprint = model_fingerprint(self.model)  # of the initial weights
+        self.adapter = None  # the peft wrapper when only LoRA adapters train
+        if lora_enabled(spec.model.lora):
+            self._add_adapter()
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.stop_ids = self._stop_ids()
-        self.ref_model = None
+        self.ref_model: torch.nn.Module | None = None
         if spec.algo.kl_coef > 0:
-            self.ref_model = copy.deepcopy(self.model).requires_grad_(False)
+            self.ref_model = (
+                AdapterOff(self.adapter)
+                if self.adapter is not None
+                else copy.deepcopy(self.model).requires_grad_(False)
+            )
         o = spec.model.optim
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=o.lr,
+            betas=o.betas,
+            eps=o.eps,
+            weight_decay=o.weight_decay,
         )
         self.num_updates = 0
         self._prompt_cache: dict[str, tuple[int, ...]] = {}
@@ -116,6 +139,18 @@ class Policy:
                 seed=spec.seed,
                 key=f"models.{spec.index}",
             )
+
+    def _add_adapter(self) -> None:
+        """LoRA adapters on the model (seeded per run and policy); the revision recorded in the
+        store becomes `<base hash>+lora:<adapter hash>`."""
+        key = f"models.{self.spec.index}.lora"
+        seed = derive_seed(self.spec.seed, self.name, "lora")
+        try:
+            self.adapter = apply_lora(self.model, self.spec.model.lora, key=key, seed=seed)
+        except LoRAError as err:
+            raise ConfigError(str(err)) from None
+        self.model = self.adapter.get_base_model()  # the same model, adapter layers injected
+        self.fingerprint += f"+lora:{state_fingerprint(adapter_state(self.adapter))}"
 
     # ----------------------------------------------------------------- prompts and tokens
     def _stop_ids(self) -> tuple[int, ...]:
@@ -275,16 +310,18 @@ class Policy:
     def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
         if self.spec.algo.recompute_old_logprobs:
             groups = self._recompute_old(groups)
-        stats = train_on_batch(
-            self.model,
-            self.optimizer,
-            groups,
-            update_settings(self.spec),
-            pad_id=self.pad_id,
-            ref_model=self.ref_model,
-            set_lr=self._set_lr,
-            seed=seed,
-        )
+        dropout = self.adapter is not None and self.spec.model.lora.dropout > 0
+        with adapter_dropout(self.model, seed) if dropout else contextlib.nullcontext():
+            stats = train_on_batch(
+                self.model,
+                self.optimizer,
+                groups,
+                update_settings(self.spec),
+                pad_id=self.pad_id,
+                ref_model=self.ref_model,
+                set_lr=self._set_lr,
+                seed=seed,
+            )
         if self.engine is not None:
             self.engine.sync_weights(self.model.named_parameters())
         return stats
@@ -306,13 +343,27 @@ class Policy:
     # ----------------------------------------------------------------- checkpoints
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
-        self.model.save_pretrained(directory)
+        if self.adapter is not None:  # the adapter alone: the base is read from models.N.path
+            save_adapter(self.adapter, directory, base=self.spec.model)
+        else:
+            self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
         (directory / "policy_state.json").write_text(json.dumps({"num_updates": self.num_updates}))
 
     def load(self, directory: str | Path) -> None:
         directory = Path(directory)
+        if self.adapter is not None:
+            load_adapter(self.adapter, directory)
+        else:
+            self._load_weights(directory)
+        optim_state = torch.load(directory / "optimizer.pt", weights_only=True)
+        self.optimizer.load_state_dict(optim_state)
+        self.num_updates = json.loads((directory / "policy_state.json").read_text())["num_updates"]
+        if self.engine is not None:
+            self.engine.sync_weights(self.model.named_parameters())
+
+    def _load_weights(self, directory: Path) -> None:
         state = load_file(str(directory / "model.safetensors"))
         result = self.model.load_state_dict(state, strict=False)
         # save_pretrained leaves out an output head tied to the input embedding.
@@ -324,8 +375,3 @@ class Policy:
                 f"unexpected {result.unexpected_keys[:5]}"
             )
         self.model.tie_weights()
-        optim_state = torch.load(directory / "optimizer.pt", weights_only=True)
-        self.optimizer.load_state_dict(optim_state)
-        self.num_updates = json.loads((directory / "policy_state.json").read_text())["num_updates"]
-        if self.engine is not None:
-            self.engine.sync_weights(self.model.named_parameters())

@@ -3,6 +3,7 @@
     RUN_DIR/config.yaml          the resolved config (every field, defaults included)
     RUN_DIR/metrics.jsonl        one JSON object per step: {"step": s, "<metric>": value, ...}
     RUN_DIR/checkpoints/step_NNNNNN/<policy>/   model + tokenizer (save_pretrained), optimizer.pt
+        (a LoRA policy: adapter_model.safetensors + adapter_config.json instead of the model)
     RUN_DIR/checkpoints/step_NNNNNN/trainer_state.json   next step, RNG states, versions
     RUN_DIR/summary.json         final metrics of the run
     RUN_DIR/tensorboard/         event files, when tensorboard is installed
@@ -176,6 +177,18 @@ CHECKS: dict[str, Callable[[Path], str]] = {
 }
 
 
+def _policy_checks(folder: Path) -> dict[str, Callable[[Path], str]]:
+    """The files of a policy's checkpoint: a LoRA policy stores its adapter, not the model."""
+    if not (folder / "adapter_config.json").is_file():
+        return CHECKS
+    rest = {k: v for k, v in CHECKS.items() if k != "model.safetensors"}
+    return {
+        "adapter_model.safetensors": _safetensors_problem,
+        "adapter_config.json": _json_problem,
+        **rest,
+    }
+
+
 def checkpoint_problems(checkpoint: Path, policies: list[str]) -> list[str]:
     """Every missing or damaged file of a checkpoint, as 'PATH: why' (empty: intact)."""
     out = []
@@ -183,7 +196,7 @@ def checkpoint_problems(checkpoint: Path, policies: list[str]) -> list[str]:
     if why := _json_problem(state):
         out.append(f"{state}: {why}")
     for name in policies:
-        for file, check in CHECKS.items():
+        for file, check in _policy_checks(checkpoint / name).items():
             path = checkpoint / name / file
             why = "missing" if not path.is_file() else check(path)
             if why:

@@ -1,8 +1,9 @@
 """Loading a policy's model and tokenizer from a `ModelConfig`.
 
 `cfg.path` may be `tiny:<preset>` (built locally by `graft.models.tiny`), a local checkpoint
-directory, a local `.gguf` file (dequantized to `cfg.dtype`), or a Hugging Face hub name (needs the
-network or the local HF cache). Remote code is never trusted. Every failure is a `ModelLoadError`
+directory (a LoRA policy's checkpoint too: its base model with the adapter merged in), a local
+`.gguf` file (dequantized to `cfg.dtype`), or a Hugging Face hub name (needs the network or the
+local HF cache). Remote code is never trusted. Every failure is a `ModelLoadError`
 whose one-line message names the config key, the path and the cause.
 """
 
@@ -12,8 +13,8 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -34,6 +35,7 @@ __all__ = [
     "load_model_and_tokenizer",
     "model_fingerprint",
     "quiet_transformers",
+    "state_fingerprint",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -176,9 +178,37 @@ def _load_gguf_model(source: _Source, dtype: torch.dtype) -> PreTrainedModel:
     return model
 
 
-def _load_model(source: _Source, cfg: ModelConfig, key: str) -> PreTrainedModel:
+def _load_merged_adapter(
+    source: _Source, cfg: ModelConfig, key: str, cache_dir: Path | None
+) -> PreTrainedModel:
+    """A LoRA checkpoint directory: the base model it names, with the adapter merged in."""
+    from graft.models.lora import LoRAError, adapter_base, merge_adapter
+
+    where = f"{key}.path: cannot load model from {source.shown!r}"
+    try:
+        base_path, revision = adapter_base(Path(source.location))
+    except LoRAError as e:
+        raise ModelLoadError(f"{where}: {e}") from None
+    base_cfg = replace(cfg, path=base_path, revision=revision)
+    try:
+        base = _load_model(_resolve(base_path, f"{key}.path", cache_dir), base_cfg, key, cache_dir)
+    except ModelLoadError as e:
+        raise ModelLoadError(f"{where}: its adapter's base model does not load: {e}") from None
+    try:
+        return merge_adapter(base, Path(source.location))
+    except Exception as e:
+        raise ModelLoadError(f"{where}: {_explain(e, source, '')}") from e
+
+
+def _load_model(
+    source: _Source, cfg: ModelConfig, key: str, cache_dir: Path | None = None
+) -> PreTrainedModel:
+    from graft.models.lora import is_adapter_dir
+
     dtype = _DTYPES[cfg.dtype]
     where = f"{key}.path: cannot load model from {source.shown!r}"
+    if source.kind == "local" and is_adapter_dir(Path(source.location)):
+        return _load_merged_adapter(source, cfg, key, cache_dir)
     if source.kind == "local" and not (Path(source.location) / "config.json").is_file():
         raise ModelLoadError(f"{where}: no config.json in the directory (not a model checkpoint)")
     try:
@@ -263,7 +293,7 @@ def load_model_and_tokenizer(
         )
     source = _resolve(cfg.path, f"{key}.path", cache_dir)
     tok_source = _resolve(cfg.tokenizer, f"{key}.tokenizer", cache_dir) if cfg.tokenizer else source
-    model = _load_model(source, cfg, key)
+    model = _load_model(source, cfg, key, cache_dir)
     tokenizer = _load_tokenizer(tok_source, cfg, key)
     _settle_special_tokens(model, tokenizer, key)
     try:
@@ -278,8 +308,13 @@ def load_model_and_tokenizer(
 
 def model_fingerprint(model: torch.nn.Module) -> str:
     """Short content hash of the state dict (names, dtypes, shapes, values), for provenance."""
+    return state_fingerprint(model.state_dict())
+
+
+def state_fingerprint(state: Mapping[str, torch.Tensor]) -> str:
+    """Short content hash of named tensors (names, dtypes, shapes, values)."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         t = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
         digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())

@@ -1,0 +1,197 @@
+"""Low-rank adapters (LoRA, Hu et al. 2021) on a policy's model, through `peft`.
+
+With `models.N.lora.r > 0` the policy's model gets adapters on the chosen layers and only they
+train: the base weights keep `requires_grad=False`, the optimizer holds state for the adapters
+alone, and a checkpoint stores the adapter (`adapter_model.safetensors`, `adapter_config.json`
+naming the base model by its graft path) next to the tokenizer and optimizer state. Loading such a
+checkpoint directory as a model (`graft eval`, `graft export-merged`) reads the base model it
+names and merges the adapter into it, giving a plain transformers model.
+
+The policy keeps working on the transformers model itself (peft injects the adapter layers into
+it in place), so sampling, scoring and the update run the same code with or without LoRA. `peft`
+is imported only when an adapter is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from graft.config import LoRAConfig, ModelConfig
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+class LoRAError(ValueError):
+    """LoRA settings that do not fit the model; the message is one line naming the key."""
+
+
+def lora_enabled(lora: LoRAConfig) -> bool:
+    return lora.r > 0
+
+
+def _peft(key: str) -> Any:
+    try:
+        import peft
+    except ImportError:
+        raise LoRAError(
+            f"{key}.r: LoRA needs the peft package: pip install 'graft-rl[peft]'"
+        ) from None
+    return peft
+
+
+def adapter_layer_names(model: torch.nn.Module) -> list[str]:
+    """Leaf names of the layers an adapter can go on (linear and GPT-2's Conv1D), output head
+    excluded, in order of first appearance."""
+    from transformers.pytorch_utils import Conv1D
+
+    head = model.get_output_embeddings()
+    names: dict[str, None] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear | Conv1D) and module is not head:
+            names.setdefault(name.rsplit(".", 1)[-1], None)
+    return list(names)
+
+
+def _targets(model: torch.nn.Module, lora: LoRAConfig, key: str) -> list[str]:
+    available = adapter_layer_names(model)
+    if not lora.target_modules:
+        return available
+    wanted = {t.rsplit(".", 1)[-1]: t for t in lora.target_modules}
+    missing = [full for leaf, full in wanted.items() if leaf not in available]
+    if missing:
+        raise LoRAError(
+            f"{key}.target_modules: {', '.join(map(repr, missing))} is not a layer of this model "
+            f"({type(model).__name__}); its layers: {', '.join(available)}"
+        )
+    return list(wanted)
+
+
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    # peft asks transformers a question transformers has renamed (a FutureWarning only)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        yield
+
+
+def apply_lora(model: torch.nn.Module, lora: LoRAConfig, *, key: str, seed: int) -> Any:
+    """`model` with adapters injected (a `peft.PeftModel` around it); the adapters' random
+    initialisation is drawn from `seed`, leaving torch's global generator as it was."""
+    peft = _peft(key)
+    from transformers.pytorch_utils import Conv1D
+
+    targets = _targets(model, lora, key)
+    conv1d = any(
+        isinstance(m, Conv1D) and name.rsplit(".", 1)[-1] in targets
+        for name, m in model.named_modules()
+    )
+    config = peft.LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha or 2 * lora.r,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        fan_in_fan_out=conv1d,  # GPT-2's Conv1D stores its weight transposed
+        bias="none",
+    )
+    with torch.random.fork_rng(), _quiet_peft():
+        torch.manual_seed(seed)
+        wrapped = peft.get_peft_model(model, config)
+    wrapped.base_model.model.eval()
+    return wrapped
+
+
+def adapter_state(wrapped: Any) -> dict[str, torch.Tensor]:
+    """The adapter's tensors, by peft's portable names."""
+    from peft.utils import get_peft_model_state_dict
+
+    return {
+        k: v.detach().contiguous()
+        for k, v in get_peft_model_state_dict(wrapped, save_embedding_layers=False).items()
+    }
+
+
+def save_adapter(wrapped: Any, directory: Path, *, base: ModelConfig) -> None:
+    """adapter_model.safetensors + adapter_config.json (its base: `base.path` as graft reads it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = wrapped.peft_config["default"]
+    config.base_model_name_or_path = base.path
+    config.revision = base.revision or None
+    save_file({k: v.cpu() for k, v in adapter_state(wrapped).items()}, directory / ADAPTER_WEIGHTS)
+    config.save_pretrained(str(directory))
+
+
+def load_adapter(wrapped: Any, directory: Path) -> None:
+    """Load saved adapter weights into `wrapped` (same base model, same LoRA settings)."""
+    from peft.utils import set_peft_model_state_dict
+
+    state = load_file(str(directory / ADAPTER_WEIGHTS))
+    expected = adapter_state(wrapped)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = [k for k in expected if k in state and state[k].shape != expected[k].shape]
+    if missing or unexpected or shapes:
+        raise RuntimeError(
+            f"adapter in {directory} does not match the policy's LoRA settings: missing "
+            f"{missing[:3]}, unexpected {unexpected[:3]}, other shapes {shapes[:3]}"
+        )
+    set_peft_model_state_dict(wrapped, state)
+
+
+def is_adapter_dir(path: Path) -> bool:
+    """A checkpoint directory holding an adapter (and no full model)."""
+    return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def adapter_base(path: Path) -> tuple[str, str]:
+    """(base model path, revision) an adapter directory names."""
+    try:
+        body = json.loads((path / ADAPTER_CONFIG).read_text())
+        return str(body["base_model_name_or_path"]), str(body.get("revision") or "")
+    except (ValueError, KeyError, TypeError) as err:
+        raise LoRAError(f"{path / ADAPTER_CONFIG}: unreadable adapter config ({err})") from None
+
+
+def merge_adapter(base: torch.nn.Module, path: Path) -> torch.nn.Module:
+    """`base` with the adapter saved in `path` merged into its weights (a plain model)."""
+    peft = _peft("adapter")
+    with _quiet_peft():
+        wrapped = peft.PeftModel.from_pretrained(base, str(path))
+    return wrapped.merge_and_unload()
+
+
+class AdapterOff(torch.nn.Module):
+    """The base model of a LoRA policy (its adapters switched off), as the KL reference: no copy
+    of the weights is made."""
+
+    def __init__(self, wrapped: Any) -> None:
+        super().__init__()
+        object.__setattr__(self, "_wrapped", wrapped)  # not a submodule: nothing to train here
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self._wrapped.disable_adapter():
+            return self._wrapped.get_base_model()(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def adapter_dropout(model: torch.nn.Module, seed: int) -> Iterator[None]:
+    """The adapters' dropout layers on (drawn from `seed`) for the update's forward passes; the
+    rest of the model stays in eval mode, and torch's global generator is left as it was."""
+    layers = [m for name, m in model.named_modules() if name.endswith("lora_dropout")]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for layer in layers:
+            layer.train()
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.eval()
