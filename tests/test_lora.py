@@ -190,3 +190,42 @@ def test_bad_lora_settings_end_in_one_line(tmp_path, capsys, setting, key, cause
     assert len(err.splitlines()) == 1 and err.startswith(f"graft: error: {key}:"), err
     assert cause in err, err
     assert not (tmp_path / "bad" / "checkpoints").exists()
+
+
+def test_lora_on_a_gguf_loaded_model_trains_saves_and_merges(tmp_path, monkeypatch):
+    """A .gguf file is dequantized to plain weights on load, so it takes adapters like any model;
+    its checkpoint names the .gguf file as the base, and loads back merged."""
+    pytest.importorskip("gguf")
+    from graft.config import AlgoConfig, LoRAConfig, ModelConfig, OptimConfig, RolloutConfig
+    from graft.modeling import score_sequences
+    from graft.models import load_model_and_tokenizer
+    from graft.policy import Policy, PolicySpec
+    from graft.types import TrainGroup, TrainSequence
+    from test_models import small_spec, write_llama_gguf
+
+    monkeypatch.setenv("GRAFT_CACHE", str(tmp_path / "cache"))
+    model, tok = load_model_and_tokenizer(
+        ModelConfig(path=str(build_tiny(small_spec("llama", "bpe", pretrain_steps=10))))
+    )
+    gguf_path = tmp_path / "tiny-f32.gguf"
+    write_llama_gguf(model, tok, gguf_path)
+    lora = LoRAConfig(r=4, target_modules=("q_proj", "v_proj"))
+    spec = PolicySpec(
+        model=ModelConfig(path=str(gguf_path), lora=lora, optim=OptimConfig(lr=1e-2)),
+        rollout=RolloutConfig(max_new_tokens=6),
+        algo=AlgoConfig(minibatches=1),
+        seed=0,
+    )
+    policy = Policy(spec)
+    trainable = {n for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert trainable and all(("q_proj.lora_" in n or "v_proj.lora_" in n) for n in trainable)
+    prompt, response = list(policy.prompt_ids("12+34=")), [5, 6, 7]
+    (old,) = policy.score([prompt], [response])
+    policy.train([TrainGroup("p", (TrainSequence(tuple(prompt), tuple(response), old, 1.0),))])
+    policy.save(tmp_path / "ckpt")
+    merged, _ = load_model_and_tokenizer(ModelConfig(path=str(tmp_path / "ckpt")))
+    args = {"pad_id": policy.pad_id, "temperature": 1.0}
+    (got,) = score_sequences(merged, [prompt], [response], **args)
+    (want,) = score_sequences(policy.model, [prompt], [response], **args)
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(want, old)) > 1e-4  # the adapter did move
