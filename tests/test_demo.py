@@ -4,6 +4,8 @@ seeds, curves with several evaluations, the regime report, and reuse of finished
 import json
 import struct
 
+import pytest
+
 from graft.cli import main
 from graft.demo import ALL_METHODS, MAIN_METHODS, MODELS
 from graft.rundir import read_metrics
@@ -17,6 +19,7 @@ def _png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.timeout(1800)  # 2-3 minutes on an idle 2-core machine; a loaded one needs more
 def test_demo_quick_writes_intervals_curves_and_regimes_and_reuses_finished_runs(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(out)]) == 0
