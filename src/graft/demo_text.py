@@ -84,7 +84,9 @@ def retention_lines(compare: Mapping[str, Any]) -> list[str]:
     for model, suites in compare.get("retention", {}).items():
         for suite, r in suites.items():
             ratio = r["ratio"]
-            if ratio["ratio"] is None or ratio["low"] is None:
+            if len(r["seeds"]) < 2:
+                rtext = "needs two seeds or more"
+            elif ratio["ratio"] is None or ratio["low"] is None:
                 rtext = "undefined (the online gain's interval contains 0)"
             else:
                 rtext = (
