@@ -122,7 +122,7 @@ def _check_targets(targets: list, baseline: str | None) -> None:
 
 def _targets(args: argparse.Namespace):
     """(label, ModelConfig, config, suites, default max_new_tokens) for every model."""
-    from graft.config import Config, ModelConfig, load_config
+    from graft.config import Config, LoRAConfig, ModelConfig, load_config
     from graft.rundir import latest_checkpoint
 
     targets = []
@@ -147,7 +147,8 @@ def _targets(args: argparse.Namespace):
             best = run_dir / "checkpoints" / "best" / m.name
             for tag, ckpt in (("final", final / m.name), ("best", best)):
                 if ckpt.is_dir():
-                    model = dataclasses.replace(m, path=str(ckpt), tokenizer="")
+                    # a LoRA checkpoint loads as its base with the adapter merged in
+                    model = dataclasses.replace(m, path=str(ckpt), tokenizer="", lora=LoRAConfig())
                     targets.append((f"{run_dir.name}/{m.name}/{tag}", model, cfg, suites, limit))
     if not targets:
         from graft.configlib import ConfigError

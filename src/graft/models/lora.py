@@ -165,7 +165,8 @@ def merge_adapter(base: torch.nn.Module, path: Path) -> torch.nn.Module:
     peft = _peft("adapter")
     with _quiet_peft():
         wrapped = peft.PeftModel.from_pretrained(base, str(path))
-    return wrapped.merge_and_unload()
+    # peft froze the base weights; a loaded model trains like any other
+    return wrapped.merge_and_unload().requires_grad_(True)
 
 
 class AdapterOff(torch.nn.Module):
@@ -175,6 +176,10 @@ class AdapterOff(torch.nn.Module):
     def __init__(self, wrapped: Any) -> None:
         super().__init__()
         object.__setattr__(self, "_wrapped", wrapped)  # not a submodule: nothing to train here
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        """The base model's (frozen) weights: the reference's own parameters."""
+        return (p for p in self._wrapped.get_base_model().parameters() if not p.requires_grad)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with self._wrapped.disable_adapter():
