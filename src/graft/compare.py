@@ -23,6 +23,7 @@ import yaml
 
 from graft.errors import DataError
 from graft.regime import direction_totals, regime_reports
+from graft.rundir import read_metrics
 from graft.stats import paired_interval
 
 IGNORED_KEYS = (
@@ -109,21 +110,6 @@ def discover(paths: Sequence[str | Path]) -> list[Path]:
     return sorted(dict.fromkeys(found))
 
 
-def _read_json_lines(path: Path) -> list[dict[str, Any]]:
-    records = []
-    lines = path.read_text(errors="replace").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if number == len(lines):
-                break  # a torn last line (a crash mid-write): the run is compared without it
-            raise DataError(f"{path}: line {number} is not valid JSON ({err.msg})") from None
-    return records
-
-
 def load_units(run_dir: Path) -> list[Unit]:
     """The units (one per policy) of one run directory."""
     try:
@@ -132,10 +118,10 @@ def load_units(run_dir: Path) -> list[Unit]:
         raise DataError(f"{run_dir / 'config.yaml'}: not valid YAML ({err})") from None
     if not isinstance(cfg, dict) or not cfg.get("models"):
         raise DataError(f"{run_dir / 'config.yaml'}: not a graft run config (no models)")
-    records = _read_json_lines(run_dir / "metrics.jsonl")
+    records = read_metrics(run_dir)
     models = cfg["models"]
-    base = {k: v for k, v in _flatten({k: v for k, v in cfg.items() if k != "models"}).items()}
-    base = {k: v for k, v in base.items() if not _ignored(k)}
+    flat = _flatten({k: v for k, v in cfg.items() if k != "models"})
+    base = {k: v for k, v in flat.items() if not _ignored(k)}
     setup = {k: json.dumps(cfg.get("eval", {}).get(k), sort_keys=True) for k in EVAL_SETUP_KEYS}
     multi = len(models) > 1
     units = []
