@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from graft.policy import derive_seed
 from graft.rollout import SamplingParams
+from graft.seeds import derive_seed
 from graft.suites import Suite
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts

@@ -14,7 +14,7 @@ from graft.backends import Backend
 from graft.config import ExchangeConfig
 from graft.exchange import Selection, select_transfers
 from graft.groups import self_train_group
-from graft.policy import derive_seed
+from graft.seeds import derive_seed
 from graft.transfer import DirectionResult, graft_direction, receiver_batch, transfer_requests
 from graft.types import Group, TrainGroup
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -35,15 +34,9 @@ from graft.models.lora import (
     save_adapter,
 )
 from graft.rollout import SamplingParams, sample
-from graft.transfer import Imported, PeerResponse
-from graft.types import Completion, Problem, Rollout, TrainGroup
+from graft.seeds import derive_seed
+from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
 from graft.update import UpdateSettings, train_on_batch
-
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any labels (run seed, step, policy, purpose): stable across processes."""
-    text = "\x1f".join(str(p) for p in parts)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
 def resolve_device(device: str) -> str:

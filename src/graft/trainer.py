@@ -23,7 +23,7 @@ from graft.errors import DataError
 from graft.evaluate import evaluate_once
 from graft.groups import group_metrics, make_groups
 from graft.peer import AdmissionMonitor, ExchangeOutcome, no_exchange, online_exchange
-from graft.policy import PolicySpec, derive_seed
+from graft.policy import PolicySpec
 from graft.recorder import Recorder
 from graft.rollout import SamplingParams
 from graft.rundir import (
@@ -42,6 +42,7 @@ from graft.rundir import (
     write_json,
     write_summary,
 )
+from graft.seeds import derive_seed
 from graft.store import check_store_target
 from graft.stored_peer import StoredPeer, stored_exchange
 from graft.suites import Suite, check_suite_golds, load_suites

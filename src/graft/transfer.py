@@ -24,34 +24,7 @@ import torch
 from graft.config import ExchangeConfig
 from graft.exchange import Selection
 from graft.groups import group_advantages, self_train_group
-from graft.types import Completion, Group, TrainGroup, TrainSequence
-
-
-@dataclass(frozen=True)
-class PeerResponse:
-    """One source response offered to a receiver."""
-
-    prompt_index: int
-    member: int
-    """Index of the response in the source's group."""
-    task_prompt: str
-    text: str
-    stopped: bool
-    """The source stopped on EOS (the receiver then appends its own EOS)."""
-
-
-@dataclass(frozen=True)
-class Imported:
-    """A peer response in the receiver's tokenization, with the receiver's behavior log-probs."""
-
-    prompt_ids: tuple[int, ...]
-    response_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    drop: str = ""
-    """Why it cannot be used at all: "" (usable), "too_long" or "empty"."""
-    truncated: bool = False
-    roundtrip_ok: bool = True
-    """decode(encode(text)) gave the text back."""
+from graft.types import Completion, Group, Imported, PeerResponse, TrainGroup, TrainSequence
 
 
 def transfer_requests(

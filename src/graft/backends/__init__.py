@@ -17,8 +17,7 @@ from typing import Any, Protocol
 from graft.evaluate import Generator
 from graft.policy import PolicySpec
 from graft.rollout import SamplingParams
-from graft.transfer import Imported, PeerResponse
-from graft.types import Problem, TrainGroup
+from graft.types import Imported, PeerResponse, Problem, TrainGroup
 
 Then = Callable[[str, Any], Any]
 """`then(name, answer)`: run in the driver on one policy's answer as soon as it is there."""

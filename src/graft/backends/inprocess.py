@@ -9,8 +9,7 @@ from typing import Any
 from graft.backends import Then
 from graft.policy import Policy, PolicySpec
 from graft.rollout import SamplingParams
-from graft.transfer import Imported, PeerResponse
-from graft.types import Problem, Rollout, TrainGroup
+from graft.types import Imported, PeerResponse, Problem, Rollout, TrainGroup
 
 
 class InProcessBackend:

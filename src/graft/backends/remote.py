@@ -11,8 +11,7 @@ from typing import Any
 
 from graft.backends import Then
 from graft.rollout import SamplingParams
-from graft.transfer import Imported, PeerResponse
-from graft.types import Problem, TrainGroup
+from graft.types import Imported, PeerResponse, Problem, TrainGroup
 
 Calls = Mapping[str, tuple[str, tuple, dict]]
 
