@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 
 from graft.cli import main
 from graft.config import ExchangeConfig
+from graft.exchange import StoredPeer
 from graft.groups import group_advantages, make_groups
 from graft.rundir import checkpoint_problems, read_metrics
 from graft.store import Provenance, StoreWriter, group_rows
-from graft.stored_peer import StoredPeer
 from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Problem, Rollout, Verdict
 

@@ -16,15 +16,23 @@ from graft.config import (
     OptimConfig,
     RolloutConfig,
 )
-from graft.exchange import Selection
+from graft.exchange import (
+    AdmissionMonitor,
+    DirectionResult,
+    OnlinePeers,
+    Selection,
+    compatibility,
+    exchange,
+    graft_direction,
+    own_batches,
+    transfer_requests,
+)
 from graft.groups import make_groups
-from graft.peer import AdmissionMonitor, online_exchange, own_batches
 from graft.policy import PolicySpec
 from graft.rollout import SamplingParams
 from graft.rundir import read_metrics
 from graft.tasks.arithmetic import ArithmeticTask
 from graft.tasks.verify import verify_final_number
-from graft.transfer import compatibility, graft_direction, transfer_requests
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
 PROBLEMS = ArithmeticTask(ArithmeticConfig(num_train=64, num_test=0)).train_problems()[:16]
@@ -107,7 +115,7 @@ def test_no_candidates_means_the_update_is_bit_identical_to_grpo():
     keep = [i for i in range(len(PROBLEMS)) if not any(g[i].all_fail for g in groups.values())]
     assert keep, "need some prompts without all-fail groups"
     groups = {n: [g[i] for i in keep] for n, g in groups.items()}
-    outcome = online_exchange(groups, exchanged, ExchangeConfig(), seed=0)
+    outcome = exchange(groups, OnlinePeers(), exchanged, ExchangeConfig(), seed=0)
     assert outcome.batches == own_batches(groups)
     assert all(v == 0 for k, v in outcome.metrics.items() if k.endswith("/selected"))
     seeds = {"a": 3, "b": 4}
@@ -212,9 +220,9 @@ def test_graft_run_through_the_cli_writes_exchange_metrics(tmp_path):
 
 def test_admission_monitor_warns_after_a_streak():
     monitor = AdmissionMonitor(warn_after=3)
-    empty = {"x/a->b/responses_sent": 8.0, "x/a->b/admitted": 0.0}
+    empty = {("a", "b"): DirectionResult({}, {}, sent=8, admitted=0)}
     assert monitor.update(empty) == [] and monitor.update(empty) == []
     messages = monitor.update(empty)
     assert len(messages) == 1 and "a->b" in messages[0]
-    assert monitor.update({"x/a->b/responses_sent": 8.0, "x/a->b/admitted": 1.0}) == []
+    assert monitor.update({("a", "b"): DirectionResult({}, {}, sent=8, admitted=1)}) == []
     assert monitor.streak["x/a->b"] == 0

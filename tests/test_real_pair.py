@@ -127,18 +127,18 @@ def test_cross_tokenizer_transfer_between_the_real_models(gguf_paths):
     and scored by it (the code path of a GRAFT transfer), gets a finite s > 0 and w in [0, 1]."""
     from graft.backends.inprocess import InProcessBackend
     from graft.config import AlgoConfig, ExchangeConfig, MathDataConfig, ModelConfig, RolloutConfig
-    from graft.exchange import Selection
-    from graft.groups import make_groups
-    from graft.policy import PolicySpec
-    from graft.rollout import SamplingParams
-    from graft.tasks.math_data import MathTask
-    from graft.tasks.verify import verify_math
-    from graft.transfer import (
+    from graft.exchange import (
+        Selection,
         admission_weight,
         compatibility,
         graft_direction,
         transfer_requests,
     )
+    from graft.groups import make_groups
+    from graft.policy import PolicySpec
+    from graft.rollout import SamplingParams
+    from graft.tasks.math_data import MathTask
+    from graft.tasks.verify import verify_math
 
     problems = MathTask(MathDataConfig(train=str(FIXTURE))).train_problems()[6:7]  # 3x + 7 = 22
     rollout = RolloutConfig(prompts_per_step=1, group_size=4, max_new_tokens=256)

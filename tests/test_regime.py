@@ -6,9 +6,9 @@ import pytest
 
 from exchange_helpers import groups_for
 from graft.config import ExchangeConfig
-from graft.exchange import Selection
+from graft.exchange import Selection, graft_direction, transfer_requests
 from graft.regime import direction_report, direction_totals, regime_reports
-from graft.transfer import Imported, graft_direction, transfer_requests
+from graft.types import Imported
 
 
 def _direction():

@@ -7,15 +7,15 @@ import torch
 
 from exchange_helpers import groups_for
 from graft.config import ExchangeConfig
-from graft.exchange import Selection
-from graft.transfer import (
-    Imported,
+from graft.exchange import (
+    Selection,
     admission_weight,
     graft_direction,
     mean_logprob,
     receiver_batch,
     transfer_requests,
 )
+from graft.types import Imported
 from graft.update import UpdateSettings, sequence_coefficients
 
 SQRT3 = math.sqrt(3)

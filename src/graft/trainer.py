@@ -21,8 +21,8 @@ from graft.backends import Backend, make_backend, resolve_backend
 from graft.config import Config, ConfigError, Plan, make_plan
 from graft.errors import DataError
 from graft.evaluate import evaluate_once
+from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
 from graft.groups import group_metrics, make_groups
-from graft.peer import AdmissionMonitor, ExchangeOutcome, no_exchange, online_exchange
 from graft.policy import PolicySpec
 from graft.recorder import Recorder
 from graft.rollout import SamplingParams
@@ -44,7 +44,6 @@ from graft.rundir import (
 )
 from graft.seeds import derive_seed
 from graft.store import check_store_target
-from graft.stored_peer import StoredPeer, stored_exchange
 from graft.suites import Suite, check_suite_golds, load_suites
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.golds import check_golds, require_golds, usable_problems
@@ -133,15 +132,15 @@ class Trainer:
             self.pool.close()
             raise
         self.monitor = AdmissionMonitor(cfg.exchange.warn_after)
-        self.stored_peer = None
         self.recorder: Recorder | None = None
-        if cfg.exchange.enabled and cfg.exchange.source == "stored":
-            try:
-                self.stored_peer = StoredPeer(cfg.exchange)
-            except BaseException:
-                self.close()
-                raise
         self.names = self.backend.names
+        try:
+            self.source = make_source(
+                cfg.exchange, num_policies=len(self.names), pool=self.pool, verifier=self.verifier
+            )
+        except BaseException:
+            self.close()
+            raise
         self.multi = len(self.names) > 1
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
@@ -196,29 +195,18 @@ class Trainer:
 
     def exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
         """GRAFT: online between co-training policies, or from a stored peer; else plain GRPO."""
-        x, algo = self.cfg.exchange, self.cfg.algo
-        seed = derive_seed(self.cfg.run.seed, step, "exchange")
-        if not x.enabled or (self.stored_peer is None and not self.multi):
-            return no_exchange(groups)
-        if self.stored_peer is not None:
-            (receiver,) = self.names
-            outcome = stored_exchange(
-                receiver,
-                groups[receiver],
-                self.stored_peer,
-                self.backend,
-                step=step,
-                pool=self.pool,
-                verifier=self.verifier,
-                seed=seed,
-                adv_mode=algo.advantage,
-                adv_eps=algo.adv_eps,
-            )
-        else:
-            outcome = online_exchange(
-                groups, self.backend, x, seed=seed, adv_mode=algo.advantage, adv_eps=algo.adv_eps
-            )
-        for message in self.monitor.update(outcome.metrics):
+        algo = self.cfg.algo
+        outcome = exchange(
+            groups,
+            self.source,
+            self.backend,
+            self.cfg.exchange,
+            seed=derive_seed(self.cfg.run.seed, step, "exchange"),
+            step=step,
+            adv_mode=algo.advantage,
+            adv_eps=algo.adv_eps,
+        )
+        for message in self.monitor.update(outcome.directions):
             tqdm.write(f"warning: {message}")
         return outcome
 

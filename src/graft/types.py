@@ -195,6 +195,8 @@ class PeerResponse:
     text: str
     stopped: bool
     """The source stopped on EOS (the receiver then appends its own EOS)."""
+    source: str = ""
+    """The source policy's name (a receiver imports from all its sources in one call)."""
 
 
 @dataclass(frozen=True)

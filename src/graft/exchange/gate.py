@@ -1,12 +1,12 @@
-"""GRAFT, part 1: which prompts a receiver takes from which peer (pure).
+"""GRAFT steps 1-2 (paper sections 1-2): which prompts a receiver takes from which peer (pure).
 
-Gate (paper section 1), for source A and receiver B:
+Gate, for source A and receiver B:
     C(A->B) = { q : k_B(q) = 0 and 1 <= k_A(q) < n }
 decided on the raw verdicts (never a shaped reward). All-correct groups are never touched or sent.
 
-Balancing (section 2): m = min(|C(A->B)|, |C(B->A)|); in each direction rank candidates by the
-SOURCE success count k_A(q), descending, and keep the first m plus every candidate tied with the
-m-th. If either direction is empty, m = 0 and nothing moves either way.
+Balancing: m = min(|C(A->B)|, |C(B->A)|); in each direction rank candidates by the SOURCE success
+count k_A(q), descending, and keep the first m plus every candidate tied with the m-th. If either
+direction is empty, m = 0 and nothing moves either way.
 
 More than two policies (our generalisation; with two it is exactly the paper's rule):
   1. the gate and the balancing run for every unordered pair {A, B} on its own;
@@ -16,24 +16,14 @@ More than two policies (our generalisation; with two it is exactly the paper's r
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import combinations
 
+from graft.exchange.records import Selection
 from graft.types import Group
 
-
-@dataclass(frozen=True)
-class Selection:
-    """The prompts (indices into the step's batch) one receiver takes from one source."""
-
-    source: str
-    receiver: str
-    candidates: tuple[int, ...]
-    """Prompts passing the gate, before balancing."""
-    selected: tuple[int, ...]
-    """Prompts whose receiver group is replaced by the source's group."""
+Pairs = dict[tuple[str, str], tuple[int, ...]]
+"""Prompt indices per ordered (source, receiver) pair."""
 
 
 def gate(receiver: Sequence[Group], source: Sequence[Group]) -> tuple[int, ...]:
@@ -65,43 +55,29 @@ def balance(
     return top_m_with_ties(c_ab, k_a, m), top_m_with_ties(c_ba, k_b, m)
 
 
-def select_transfers(
-    groups: Mapping[str, Sequence[Group]],
-    *,
-    balancing: bool = True,
-    selection: str = "gate",
-    seed: int = 0,
-) -> list[Selection]:
-    """One Selection per ordered (source, receiver) pair, in config order of the names."""
-    names = list(groups)
-    counts = {name: [g.num_correct for g in gs] for name, gs in groups.items()}
-    cands: dict[tuple[str, str], tuple[int, ...]] = {}
-    chosen: dict[tuple[str, str], tuple[int, ...]] = {}
+def success_counts(groups: Mapping[str, Sequence[Group]]) -> dict[str, list[int]]:
+    """k_M(q) for every policy M and prompt q."""
+    return {name: [g.num_correct for g in gs] for name, gs in groups.items()}
+
+
+def gate_pairs(groups: Mapping[str, Sequence[Group]], *, balancing: bool) -> tuple[Pairs, Pairs]:
+    """(candidates, chosen) for every ordered pair: the gate, then balancing, pair by pair."""
+    names, counts = list(groups), success_counts(groups)
+    candidates: Pairs = {}
+    chosen: Pairs = {}
     for a, b in combinations(names, 2):
         c_ab, c_ba = gate(groups[b], groups[a]), gate(groups[a], groups[b])
-        cands[a, b], cands[b, a] = c_ab, c_ba
+        candidates[a, b], candidates[b, a] = c_ab, c_ba
         if balancing:
             chosen[a, b], chosen[b, a] = balance(c_ab, c_ba, counts[a], counts[b])
         else:
             chosen[a, b], chosen[b, a] = c_ab, c_ba
-    chosen = _one_source_per_prompt(names, chosen, counts)
-    if selection == "random":
-        chosen = _random_prompts(names, chosen, num_prompts=len(groups[names[0]]), seed=seed)
-    elif selection != "gate":
-        raise ValueError(f"unknown exchange.selection {selection!r}; use gate or random")
-    return [
-        Selection(source=a, receiver=b, candidates=cands[a, b], selected=chosen[a, b])
-        for a in names
-        for b in names
-        if a != b
-    ]
+    return candidates, chosen
 
 
-def _one_source_per_prompt(
-    names: Sequence[str],
-    chosen: Mapping[tuple[str, str], tuple[int, ...]],
-    counts: Mapping[str, Sequence[int]],
-) -> dict[tuple[str, str], tuple[int, ...]]:
+def one_source_per_prompt(
+    names: Sequence[str], chosen: Mapping[tuple[str, str], tuple[int, ...]], counts: Mapping
+) -> Pairs:
     """A receiver offered one prompt by several peers takes the peer with the most successes."""
     out: dict[tuple[str, str], list[int]] = {pair: [] for pair in chosen}
     for b in names:
@@ -116,21 +92,11 @@ def _one_source_per_prompt(
     return {pair: tuple(sorted(v)) for pair, v in out.items()}
 
 
-def _random_prompts(
-    names: Sequence[str],
-    chosen: Mapping[tuple[str, str], tuple[int, ...]],
-    *,
-    num_prompts: int,
-    seed: int,
-) -> dict[tuple[str, str], tuple[int, ...]]:
-    """Control: per receiver, as many prompts as the gate chose, drawn uniformly from the batch."""
-    rng = random.Random(seed)
-    out: dict[tuple[str, str], tuple[int, ...]] = {}
-    for b in names:
-        free = list(range(num_prompts))
-        rng.shuffle(free)
-        for a in names:
-            if a != b:
-                count = len(chosen[a, b])
-                out[a, b], free = tuple(sorted(free[:count])), free[count:]
-    return out
+def selections(names: Sequence[str], candidates: Pairs, chosen: Pairs) -> list[Selection]:
+    """One Selection per ordered (source, receiver) pair, in config order of the names."""
+    return [
+        Selection(source=a, receiver=b, candidates=candidates[a, b], selected=chosen[a, b])
+        for a in names
+        for b in names
+        if a != b
+    ]

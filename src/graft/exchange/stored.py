@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from graft.backends import Backend
 from graft.config import ExchangeConfig
 from graft.configlib import ConfigError
-from graft.exchange import Selection, gate
+from graft.exchange.gate import gate
+from graft.exchange.records import Offer, Selection
 from graft.groups import make_groups
-from graft.peer import ExchangeOutcome, exchange_groups
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Group, Problem, Rollout
@@ -29,8 +28,14 @@ SKIP_HINT = "set exchange.skip_damaged_shards=true to train on without it"
 
 
 class StoredPeer:
-    def __init__(self, cfg: ExchangeConfig) -> None:
+    """The exchange source of stored-peer GRAFT: a peer's recorded groups, re-verified with the
+    receiver's verifier (`pool`, `verifier`) on the receiver's gold answers."""
+
+    def __init__(
+        self, cfg: ExchangeConfig, *, pool: VerifierPool | None = None, verifier: str = ""
+    ) -> None:
         self.cfg = cfg
+        self.pool, self.verifier = pool, verifier
         self.damaged: list[str] = []
         try:
             self.store = TrajectoryStore(
@@ -137,6 +142,34 @@ class StoredPeer:
                 f"{self.cfg.store} has no generation log-probs; use a receiver-only weight"
             )
 
+    def offer(
+        self,
+        groups: Mapping[str, Sequence[Group]],
+        cfg: ExchangeConfig,
+        *,
+        step: int,
+        seed: int,
+        adv_mode: str,
+        adv_eps: float,
+    ) -> Offer:
+        """One direction, stored peer -> the one receiver: the gate, no balancing."""
+        del cfg, seed  # the source's own config was given at construction; nothing is random
+        if self.pool is None:
+            raise ValueError("StoredPeer.offer needs the verifier pool given at construction")
+        ((receiver, receiver_groups),) = groups.items()
+        problems = [g.problem for g in receiver_groups]
+        source, metrics = self.source_groups(
+            problems,
+            step=step,
+            pool=self.pool,
+            verifier=self.verifier,
+            adv_mode=adv_mode,
+            adv_eps=adv_eps,
+        )
+        candidates = gate(receiver_groups, source)
+        selection = Selection(self.name, receiver, candidates=candidates, selected=candidates)
+        return Offer({receiver: receiver_groups, self.name: source}, [selection], metrics)
+
 
 def _completion(row: Mapping[str, Any]) -> Completion:
     token_ids = tuple(row["token_ids"])
@@ -146,36 +179,3 @@ def _completion(row: Mapping[str, Any]) -> Completion:
 
 def _empty_group(problem: Problem, name: str) -> Group:
     return Group(Rollout(problem, name, (), ()), (), ())
-
-
-def stored_exchange(
-    receiver: str,
-    receiver_groups: Sequence[Group],
-    peer: StoredPeer,
-    backend: Backend,
-    *,
-    step: int,
-    pool: VerifierPool,
-    verifier: str,
-    seed: int,
-    adv_mode: str = "grpo",
-    adv_eps: float = 1e-6,
-) -> ExchangeOutcome:
-    """One direction, stored peer -> receiver: gate, no balancing, same weights and update."""
-    problems = [g.problem for g in receiver_groups]
-    source, stored_metrics = peer.source_groups(
-        problems, step=step, pool=pool, verifier=verifier, adv_mode=adv_mode, adv_eps=adv_eps
-    )
-    candidates = gate(receiver_groups, source)
-    selection = Selection(peer.name, receiver, candidates=candidates, selected=candidates)
-    outcome = exchange_groups(
-        {receiver: receiver_groups, peer.name: source},
-        [selection],
-        backend,
-        peer.cfg,
-        seed=seed,
-        adv_mode=adv_mode,
-        adv_eps=adv_eps,
-    )
-    outcome.metrics.update(stored_metrics)
-    return outcome

@@ -1,0 +1,171 @@
+"""The exchange's controls and baselines (docs/method.md, "Controls and baselines"), each selected
+by one config value; the paper's path (gate, weight, replace) never branches on them.
+
+    exchange.selection=random          as many prompts as the gate chose, at random
+    exchange.replacement=success_only  only the source's correct responses are sent
+    exchange.replacement=pooled        own + peer responses, advantages over the pooled rewards
+    exchange.admission=random          as many responses as w admitted, at random, w = 1
+    exchange.peer_update=sgt           GRPO kept, + sgt_coef x NLL of one correct peer response
+    exchange.peer_update=luffy         pi / (pi + gamma) on the peer tokens, no weight, no clip
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+
+import torch
+
+from graft.config import ExchangeConfig
+from graft.exchange.records import Selection
+from graft.exchange.replace import (
+    Members,
+    admitted,
+    by_prompt,
+    peer_sequence,
+    replacement_groups,
+)
+from graft.groups import group_advantages, self_train_group
+from graft.types import Group, Imported, PeerResponse, TrainGroup, TrainSequence
+
+Replace = Callable[..., dict[int, TrainGroup]]
+"""A replacement rule with the signature of `replace.replacement_groups`."""
+
+
+def random_prompts(
+    names: Sequence[str],
+    chosen: Mapping[tuple[str, str], tuple[int, ...]],
+    *,
+    num_prompts: int,
+    seed: int,
+) -> dict[tuple[str, str], tuple[int, ...]]:
+    """selection=random: per receiver, as many prompts as the gate chose, drawn from the batch."""
+    rng = random.Random(seed)
+    out: dict[tuple[str, str], tuple[int, ...]] = {}
+    for b in names:
+        free = list(range(num_prompts))
+        rng.shuffle(free)
+        for a in names:
+            if a != b:
+                count = len(chosen[a, b])
+                out[a, b], free = tuple(sorted(free[:count])), free[count:]
+    return out
+
+
+def members_for(replacement: str, peer_update: str, *, seed: int) -> Members | None:
+    """success_only: the correct members; sgt: ONE uniformly chosen correct member (one random
+    stream over the direction's prompts); None: the paper's whole group."""
+    if replacement != "success_only" and peer_update != "sgt":
+        return None
+    rng = random.Random(seed)
+
+    def members(group: Group) -> list[int]:
+        correct = [j for j in range(group.size) if group.verdicts_G[j].correct]
+        if peer_update == "sgt":
+            return [rng.choice(correct)] if correct else []
+        return correct
+
+    return members
+
+
+def weights_for(
+    weights: Sequence[float], imported: Sequence[Imported], cfg: ExchangeConfig, *, seed: int
+) -> list[float]:
+    """The weights the configured update uses: the paper's w, w = 1 for the baselines that use no
+    compatibility weight (sgt, luffy), or a random admission of as many responses."""
+    out = list(weights)
+    if cfg.peer_update in ("sgt", "luffy"):
+        out = [0.0 if imp.drop else 1.0 for imp in imported]
+    if cfg.admission == "random":
+        return random_admission(out, imported, seed=seed)
+    if cfg.admission != "weight":
+        raise ValueError(f"unknown exchange.admission {cfg.admission!r}; use weight or random")
+    return out
+
+
+def random_admission(
+    weights: Sequence[float], imported: Sequence[Imported], *, seed: int
+) -> list[float]:
+    """admission=random: admit as many usable responses as the weight rule did, uniformly, w = 1."""
+    count = sum(w > 0 for w in weights)
+    usable = [i for i, imp in enumerate(imported) if not imp.drop]
+    chosen = set(random.Random(seed).sample(usable, min(count, len(usable))))
+    return [1.0 if i in chosen else 0.0 for i in range(len(weights))]
+
+
+def pooled_groups(
+    selection: Selection,
+    receiver: Sequence[Group],
+    source: Sequence[Group],
+    requests: Sequence[PeerResponse],
+    imported: Sequence[Imported],
+    weights: Sequence[float],
+    *,
+    adv_mode: str,
+    adv_eps: float,
+) -> dict[int, TrainGroup]:
+    """replacement=pooled: the receiver keeps its n responses and gets the admitted peer ones, with
+    advantages over the pooled rewards (nothing when no peer response is admitted)."""
+    rows = by_prompt(requests)
+    out: dict[int, TrainGroup] = {}
+    for i in selection.selected:
+        own, src = receiver[i], source[i]
+        pooled = torch.tensor([[*own.rewards_G, *src.rewards_G]])
+        adv = group_advantages(pooled, mode=adv_mode, eps=adv_eps)[0].tolist()
+        own_adv, src_adv = adv[: own.size], adv[own.size :]
+        own_group = Group(own.rollout, own.verdicts_G, tuple(own_adv))
+        peer = tuple(
+            peer_sequence(imported[r], src_adv[requests[r].member], weights[r])
+            for r in rows.get(i, [])
+            if admitted(imported[r], weights[r])
+        )
+        if peer:
+            own_seqs = self_train_group(own_group).sequences
+            out[i] = TrainGroup(own.problem.id, (*own_seqs, *peer), is_peer=True)
+    return out
+
+
+def sgt_groups(
+    selection: Selection,
+    receiver: Sequence[Group],
+    source: Sequence[Group],
+    requests: Sequence[PeerResponse],
+    imported: Sequence[Imported],
+    weights: Sequence[float],
+    *,
+    coef: float,
+) -> dict[int, TrainGroup]:
+    """peer_update=sgt: the receiver's own GRPO group, plus coef x NLL of the sent peer response."""
+    del source
+    rows = by_prompt(requests)
+    out: dict[int, TrainGroup] = {}
+    for i in selection.selected:
+        own = receiver[i]
+        own_seqs = self_train_group(own).sequences
+        peer = tuple(
+            TrainSequence(
+                imported[r].prompt_ids,
+                imported[r].response_ids,
+                imported[r].logprobs,
+                advantage=0.0,
+                weight=coef,
+                is_peer=True,
+                objective="sft",
+            )
+            for r in rows.get(i, [])
+            if admitted(imported[r], weights[r])
+        )
+        out[i] = TrainGroup(own.problem.id, (*own_seqs, *peer), is_peer=bool(peer))
+    return out
+
+
+def replacement_for(cfg: ExchangeConfig, *, adv_mode: str, adv_eps: float) -> Replace:
+    """The replacement rule of the configured update (the paper's unless an ablation is set)."""
+    if cfg.peer_update == "sgt":
+        return partial(sgt_groups, coef=cfg.sgt_coef)
+    if cfg.peer_update == "luffy":
+        return partial(replacement_groups, objective="luffy")
+    if cfg.replacement == "pooled":
+        return partial(pooled_groups, adv_mode=adv_mode, adv_eps=adv_eps)
+    return replacement_groups

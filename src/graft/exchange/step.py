@@ -1,0 +1,230 @@
+"""One step of GRAFT for every receiver, online or from a stored peer: the paper's Algorithm 1 from
+the verified groups to each receiver's training batch, in the order of docs/method.md.
+
+    offer     the source's groups and selections: gate + balance (online), gate (stored)
+    requests  the selected source groups' responses, as strings
+    import    each receiver re-tokenizes them and scores them with its behavior policy
+    weigh     s and w per response (graft.exchange.weight)
+    replace   the failed groups give way to the peer groups (graft.exchange.replace)
+    batch     each receiver's training groups
+
+The ablations and baselines enter only through `graft.exchange.ablations`, by config value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from graft.config import ExchangeConfig
+from graft.exchange import ablations
+from graft.exchange.diagnostics import direction_metrics, skill_metrics, what_if_admission
+from graft.exchange.gate import gate_pairs, one_source_per_prompt, selections, success_counts
+from graft.exchange.records import DirectionResult, ExchangeOutcome, Offer, Selection
+from graft.exchange.replace import all_members, peer_requests, receiver_batch
+from graft.exchange.stored import StoredPeer
+from graft.exchange.weight import admission_weights, compatibility_scores
+from graft.groups import self_train_group
+from graft.seeds import derive_seed
+from graft.tasks.pool import VerifierPool
+from graft.types import Group, Imported, PeerResponse, TrainGroup
+
+if TYPE_CHECKING:
+    from graft.backends import Backend
+
+Pair = tuple[str, str]
+
+
+class Source(Protocol):
+    """Where the peer groups of a step come from."""
+
+    def offer(
+        self,
+        groups: Mapping[str, Sequence[Group]],
+        cfg: ExchangeConfig,
+        *,
+        step: int,
+        seed: int,
+        adv_mode: str,
+        adv_eps: float,
+    ) -> Offer: ...
+
+
+def select_transfers(
+    groups: Mapping[str, Sequence[Group]],
+    *,
+    balancing: bool = True,
+    selection: str = "gate",
+    seed: int = 0,
+) -> list[Selection]:
+    """Gate, balance and one source per prompt, for every ordered pair of co-training policies."""
+    names = list(groups)
+    candidates, chosen = gate_pairs(groups, balancing=balancing)
+    chosen = one_source_per_prompt(names, chosen, success_counts(groups))
+    if selection == "random":
+        num_prompts = len(groups[names[0]])
+        chosen = ablations.random_prompts(names, chosen, num_prompts=num_prompts, seed=seed)
+    elif selection != "gate":
+        raise ValueError(f"unknown exchange.selection {selection!r}; use gate or random")
+    return selections(names, candidates, chosen)
+
+
+class OnlinePeers:
+    """The source of online GRAFT: the co-training policies themselves."""
+
+    def offer(
+        self,
+        groups: Mapping[str, Sequence[Group]],
+        cfg: ExchangeConfig,
+        *,
+        step: int,
+        seed: int,
+        adv_mode: str,
+        adv_eps: float,
+    ) -> Offer:
+        del step, adv_mode, adv_eps
+        chosen = select_transfers(
+            groups,
+            balancing=cfg.balancing,
+            selection=cfg.selection,
+            seed=derive_seed(seed, "selection"),
+        )
+        return Offer(groups, chosen)
+
+
+def transfer_requests(
+    selection: Selection,
+    source: Sequence[Group],
+    *,
+    replacement: str = "whole",
+    peer_update: str = "graft",
+    seed: int = 0,
+) -> list[PeerResponse]:
+    """The responses one direction sends: the whole selected groups, unless an ablation says."""
+    members = ablations.members_for(replacement, peer_update, seed=seed)
+    return peer_requests(selection, source, members or all_members)
+
+
+def import_responses(
+    requests: Mapping[Pair, Sequence[PeerResponse]], backend: Backend, *, too_long: str
+) -> dict[Pair, list[Imported]]:
+    """Every receiver imports what all its sources send in one call (the receivers in parallel)."""
+    wanted: dict[str, list[PeerResponse]] = {}
+    for (_, receiver), reqs in requests.items():
+        wanted.setdefault(receiver, []).extend(reqs)
+    wanted = {name: reqs for name, reqs in wanted.items() if reqs}
+    answers = backend.import_responses(wanted, too_long=too_long) if wanted else {}
+    out: dict[Pair, list[Imported]] = {pair: [] for pair in requests}
+    for receiver, reqs in wanted.items():
+        for req, imp in zip(reqs, answers[receiver], strict=True):
+            out[req.source, receiver].append(imp)
+    return out
+
+
+def graft_direction(
+    selection: Selection,
+    receiver: Sequence[Group],
+    source: Sequence[Group],
+    requests: Sequence[PeerResponse],
+    imported: Sequence[Imported],
+    cfg: ExchangeConfig,
+    *,
+    adv_mode: str = "grpo",
+    adv_eps: float = 1e-6,
+    seed: int = 0,
+) -> DirectionResult:
+    """Weigh and replace for one (source -> receiver) direction, with its diagnostics."""
+    s_values = compatibility_scores(
+        receiver, source, requests, imported, mode=cfg.weight, eos_in_score=cfg.eos_in_score
+    )
+    weights = admission_weights(s_values, imported, delta=cfg.delta, mode=cfg.weight)
+    weights = ablations.weights_for(weights, imported, cfg, seed=seed)
+    replace = ablations.replacement_for(cfg, adv_mode=adv_mode, adv_eps=adv_eps)
+    groups = replace(selection, receiver, source, requests, imported, weights)
+    metrics = direction_metrics(selection, receiver, source, requests, imported, s_values, weights)
+    metrics["prompts_grafted"] = float(len(groups))
+    metrics.update(skill_metrics(receiver, source, requests, weights))
+    metrics.update(what_if_admission(receiver, source, requests, imported, cfg))
+    admitted = sum(w > 0 for w in weights)
+    return DirectionResult(groups, metrics, sent=len(requests), admitted=admitted)
+
+
+def own_batches(groups: Mapping[str, Sequence[Group]]) -> dict[str, list[TrainGroup]]:
+    """No exchange: each policy trains on its own groups (GRPO)."""
+    return {name: [self_train_group(g) for g in gs] for name, gs in groups.items()}
+
+
+def no_exchange(groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
+    return ExchangeOutcome(own_batches(groups), {}, {}, {name: frozenset() for name in groups})
+
+
+def exchange(
+    groups: Mapping[str, Sequence[Group]],
+    source: Source | None,
+    backend: Backend,
+    cfg: ExchangeConfig,
+    *,
+    seed: int,
+    step: int = 0,
+    adv_mode: str = "grpo",
+    adv_eps: float = 1e-6,
+) -> ExchangeOutcome:
+    """GRAFT from `source` into the policies of `groups`; plain GRPO batches without a source."""
+    if source is None:
+        return no_exchange(groups)
+    offer = source.offer(groups, cfg, step=step, seed=seed, adv_mode=adv_mode, adv_eps=adv_eps)
+    pairs = [(s.source, s.receiver) for s in offer.selections]
+    requests = {
+        (s.source, s.receiver): transfer_requests(
+            s,
+            offer.groups[s.source],
+            replacement=cfg.replacement,
+            peer_update=cfg.peer_update,
+            seed=derive_seed(seed, s.source, s.receiver, "requests"),
+        )
+        for s in offer.selections
+    }
+    imported = import_responses(requests, backend, too_long=cfg.too_long)
+    directions = {
+        (s.source, s.receiver): graft_direction(
+            s,
+            offer.groups[s.receiver],
+            offer.groups[s.source],
+            requests[pair],
+            imported[pair],
+            cfg,
+            adv_mode=adv_mode,
+            adv_eps=adv_eps,
+            seed=derive_seed(seed, s.source, s.receiver, "admission"),
+        )
+        for s, pair in zip(offer.selections, pairs)
+    }
+    metrics = {
+        f"x/{a}->{b}/{k}": v for (a, b), d in directions.items() for k, v in d.metrics.items()
+    }
+    metrics.update(offer.metrics)
+    batches, replaced = {}, {}
+    for receiver in dict.fromkeys(s.receiver for s in offer.selections):
+        mine = [s for s in offer.selections if s.receiver == receiver]
+        replacements = {
+            i: g for s in mine for i, g in directions[s.source, receiver].groups.items()
+        }
+        selected = {i for s in mine for i in s.selected}
+        batches[receiver] = receiver_batch(offer.groups[receiver], replacements, selected)
+        replaced[receiver] = frozenset(selected)
+    return ExchangeOutcome(batches, metrics, directions, replaced)
+
+
+def make_source(
+    cfg: ExchangeConfig,
+    *,
+    num_policies: int,
+    pool: VerifierPool | None = None,
+    verifier: str = "",
+) -> Source | None:
+    """The configured exchange source: co-training peers, a stored peer, or none (GRPO)."""
+    if not cfg.enabled:
+        return None
+    if cfg.source == "stored":
+        return StoredPeer(cfg, pool=pool, verifier=verifier)
+    return OnlinePeers() if num_policies > 1 else None
