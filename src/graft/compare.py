@@ -23,7 +23,7 @@ import yaml
 
 from graft.errors import DataError
 from graft.regime import direction_totals, regime_reports
-from graft.rundir import read_metrics
+from graft.rundir import policy_prefix, read_metrics
 from graft.stats import paired_interval
 
 IGNORED_KEYS = (
@@ -123,11 +123,10 @@ def load_units(run_dir: Path) -> list[Unit]:
     flat = _flatten({k: v for k, v in cfg.items() if k != "models"})
     base = {k: v for k, v in flat.items() if not _ignored(k)}
     setup = {k: json.dumps(cfg.get("eval", {}).get(k), sort_keys=True) for k in EVAL_SETUP_KEYS}
-    multi = len(models) > 1
     units = []
     for model in models:
         name = model["name"]
-        prefix = f"m/{name}/" if multi else ""
+        prefix = policy_prefix(name, several=len(models) > 1)
         signature = dict(base)
         signature.update(
             {f"model.{k}": v for k, v in _flatten(model).items() if k not in ("name",)}

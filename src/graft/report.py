@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graft.rundir import read_metrics
+from graft.rundir import policy_prefix, read_metrics
 
 
 def _pct(entry: Mapping[str, Any]) -> str:
@@ -60,13 +60,13 @@ def _policies(records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _series(records, policy: str, key: str) -> tuple[list[int], list[float]]:
-    full = f"m/{policy}/{key}" if policy else key
+    full = policy_prefix(policy, several=bool(policy)) + key
     pts = [(r["step"], r[full]) for r in records if isinstance(r.get(full), int | float)]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def _eval_keys(records, policy: str) -> list[str]:
-    prefix = f"m/{policy}/" if policy else ""
+    prefix = policy_prefix(policy, several=bool(policy))
     keys = set()
     for r in records:
         for k in r:

@@ -281,6 +281,12 @@ def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / "trainer_state.json").read_text())
 
 
+def policy_prefix(policy: str, *, several: bool) -> str:
+    """Where a policy's metrics stand in metrics.jsonl: under `m/<policy>/` when several policies
+    train, at the top level when one does."""
+    return f"m/{policy}/" if several else ""
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)

@@ -33,6 +33,7 @@ from graft.rundir import (
     commit_checkpoint,
     intact_checkpoint,
     is_disk_full,
+    policy_prefix,
     read_best,
     read_trainer_state,
     save_best,
@@ -86,11 +87,6 @@ def policy_specs(cfg: Config) -> list[PolicySpec]:
     ]
 
 
-def namespaced(name: str, metrics: Mapping[str, float], *, multi: bool) -> dict[str, float]:
-    """`m/<name>/<key>` when several policies train, plain keys for one."""
-    return {(f"m/{name}/{k}" if multi else k): v for k, v in metrics.items()}
-
-
 class Trainer:
     def __init__(self, cfg: Config, *, backend: Backend | None = None) -> None:
         self.cfg = cfg
@@ -141,7 +137,8 @@ class Trainer:
         except BaseException:
             self.close()
             raise
-        self.multi = len(self.names) > 1
+        several = len(self.names) > 1
+        self.prefix = {name: policy_prefix(name, several=several) for name in self.names}
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
 
@@ -219,8 +216,8 @@ class Trainer:
         gen_tokens = 0
         for name in self.names:
             gen_tokens += sum(c.num_tokens for g in groups[name] for c in g.rollout.completions_G)
-            out.update(namespaced(name, group_metrics(groups[name]), multi=self.multi))
-            out.update(namespaced(name, stats.get(name, {}), multi=self.multi))
+            metrics = {**group_metrics(groups[name]), **stats.get(name, {})}
+            out.update({self.prefix[name] + k: v for k, v in metrics.items()})
         out["time/generate_s"] = t1 - t0
         out["time/verify_s"] = t2 - t1
         out["time/exchange_s"] = t3 - t2
@@ -245,7 +242,7 @@ class Trainer:
         )
         out: dict[str, float] = {}
         for name, metrics in results.items():
-            out.update(namespaced(name, metrics, multi=self.multi))
+            out.update({self.prefix[name] + k: v for k, v in metrics.items()})
         return out
 
     def _track_best(self, run_dir: Path, step: int, results: Mapping[str, float]) -> None:
@@ -255,7 +252,7 @@ class Trainer:
         suite, key = self.val_suite, f"eval/{self.val_suite}/avg@{self.cfg.eval.samples}"
         improved = []
         for name in self.names:
-            value = results.get(f"m/{name}/{key}" if self.multi else key)
+            value = results.get(self.prefix[name] + key)
             if value is not None and value > self.best.get(name, {}).get("value", -1.0):
                 self.best[name] = {"step": step, "value": value, "suite": suite}
                 improved.append(name)
@@ -359,9 +356,9 @@ class Trainer:
     def _postfix(self, metrics: Mapping[str, float]) -> dict[str, str]:
         out = {}
         for name in self.names:
-            key = f"m/{name}/reward/mean" if self.multi else "reward/mean"
+            key = self.prefix[name] + "reward/mean"
             if key in metrics:
-                out[f"{name}" if self.multi else "reward"] = f"{metrics[key]:.3f}"
+                out[name if self.prefix[name] else "reward"] = f"{metrics[key]:.3f}"
         return out
 
     def close(self) -> None:

@@ -4,18 +4,22 @@ The one entry is `exchange(groups, source, backend, cfg, seed=...)`, for co-trai
 (`OnlinePeers`) and a stored peer (`StoredPeer`) alike. The paper's path is pure functions, one
 module a stage, in the order of docs/method.md:
 
-    gate.py        1-2  gate C(A->B), balancing, one source per prompt (more than two policies)
-    replace.py     3, 6 the responses sent; the peer groups that replace the failed ones
-    weight.py      5    compatibility s and weight w
-    step.py             the step itself, through the backend (import = re-tokenize + score)
+    gate.py        1-2  the gate C(A->B), balancing, one source per prompt (more than two
+                        policies), one direction without balancing (stored peer)
+    replace.py     3    the responses sent; the peer groups that replace the failed ones
+    step.py        4    the step itself; the import (re-tokenize + score) goes through the backend
+    weight.py      5    the compatibility score s and the weight w
+    stored.py      8    the stored peer: groups from a trajectory store, re-verified
     ablations.py        controls and baselines, each selected by one config value
     diagnostics.py      the per-direction metrics and the admission warning
-    stored.py           the stored peer: groups from a trajectory store, re-verified
+    records.py          the records between the stages
+
+(The objective, 6, is `graft.loss`; the peer-last minibatches, 7, `graft.update`.)
 """
 
 from graft.exchange.diagnostics import AdmissionMonitor
 from graft.exchange.gate import balance, gate, top_m_with_ties
-from graft.exchange.records import DirectionResult, ExchangeOutcome, Offer, Selection
+from graft.exchange.records import DirectionResult, ExchangeOutcome, Offer, Selection, StepInfo
 from graft.exchange.replace import receiver_batch
 from graft.exchange.step import (
     OnlinePeers,
@@ -39,6 +43,7 @@ __all__ = [
     "OnlinePeers",
     "Selection",
     "Source",
+    "StepInfo",
     "StoredPeer",
     "admission_weight",
     "balance",

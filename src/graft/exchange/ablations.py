@@ -18,19 +18,13 @@ from functools import partial
 import torch
 
 from graft.config import ExchangeConfig
-from graft.exchange.records import Selection
-from graft.exchange.replace import (
-    Members,
-    admitted,
-    by_prompt,
-    peer_sequence,
-    replacement_groups,
-)
+from graft.exchange.records import Direction
+from graft.exchange.replace import Members, admitted_rows, peer_sequence, replacement_groups
 from graft.groups import group_advantages, self_train_group
-from graft.types import Group, Imported, PeerResponse, TrainGroup, TrainSequence
+from graft.types import Group, Imported, TrainGroup, TrainSequence
 
-Replace = Callable[..., dict[int, TrainGroup]]
-"""A replacement rule with the signature of `replace.replacement_groups`."""
+Replace = Callable[[Direction, Sequence[float]], dict[int, TrainGroup]]
+"""A replacement rule: (direction, weights) -> replacement groups by prompt index."""
 
 
 def random_prompts(
@@ -95,68 +89,47 @@ def random_admission(
 
 
 def pooled_groups(
-    selection: Selection,
-    receiver: Sequence[Group],
-    source: Sequence[Group],
-    requests: Sequence[PeerResponse],
-    imported: Sequence[Imported],
-    weights: Sequence[float],
-    *,
-    adv_mode: str,
-    adv_eps: float,
+    d: Direction, weights: Sequence[float], *, adv_mode: str, adv_eps: float
 ) -> dict[int, TrainGroup]:
     """replacement=pooled: the receiver keeps its n responses and gets the admitted peer ones, with
     advantages over the pooled rewards (nothing when no peer response is admitted)."""
-    rows = by_prompt(requests)
     out: dict[int, TrainGroup] = {}
-    for i in selection.selected:
-        own, src = receiver[i], source[i]
-        pooled = torch.tensor([[*own.rewards_G, *src.rewards_G]])
-        adv = group_advantages(pooled, mode=adv_mode, eps=adv_eps)[0].tolist()
-        own_adv, src_adv = adv[: own.size], adv[own.size :]
-        own_group = Group(own.rollout, own.verdicts_G, tuple(own_adv))
-        peer = tuple(
-            peer_sequence(imported[r], src_adv[requests[r].member], weights[r])
-            for r in rows.get(i, [])
-            if admitted(imported[r], weights[r])
-        )
-        if peer:
+    for i, rows in admitted_rows(d, weights).items():
+        if rows:
+            own, src = d.receiver[i], d.source[i]
+            pooled = torch.tensor([[*own.rewards_G, *src.rewards_G]])
+            adv = group_advantages(pooled, mode=adv_mode, eps=adv_eps)[0].tolist()
+            own_group = Group(own.rollout, own.verdicts_G, tuple(adv[: own.size]))
+            src_adv = adv[own.size :]
+            peer = [
+                peer_sequence(d.imported[r], src_adv[d.requests[r].member], weights[r])
+                for r in rows
+            ]
             own_seqs = self_train_group(own_group).sequences
             out[i] = TrainGroup(own.problem.id, (*own_seqs, *peer), is_peer=True)
     return out
 
 
-def sgt_groups(
-    selection: Selection,
-    receiver: Sequence[Group],
-    source: Sequence[Group],
-    requests: Sequence[PeerResponse],
-    imported: Sequence[Imported],
-    weights: Sequence[float],
-    *,
-    coef: float,
-) -> dict[int, TrainGroup]:
+def sgt_groups(d: Direction, weights: Sequence[float], *, coef: float) -> dict[int, TrainGroup]:
     """peer_update=sgt: the receiver's own GRPO group, plus coef x NLL of the sent peer response."""
-    del source
-    rows = by_prompt(requests)
     out: dict[int, TrainGroup] = {}
-    for i in selection.selected:
-        own = receiver[i]
-        own_seqs = self_train_group(own).sequences
-        peer = tuple(
+    for i, rows in admitted_rows(d, weights).items():
+        own = d.receiver[i]
+        sft = [
             TrainSequence(
-                imported[r].prompt_ids,
-                imported[r].response_ids,
-                imported[r].logprobs,
+                d.imported[r].prompt_ids,
+                d.imported[r].response_ids,
+                d.imported[r].logprobs,
                 advantage=0.0,
                 weight=coef,
                 is_peer=True,
                 objective="sft",
             )
-            for r in rows.get(i, [])
-            if admitted(imported[r], weights[r])
+            for r in rows
+        ]
+        out[i] = TrainGroup(
+            own.problem.id, (*self_train_group(own).sequences, *sft), is_peer=bool(sft)
         )
-        out[i] = TrainGroup(own.problem.id, (*own_seqs, *peer), is_peer=bool(peer))
     return out
 
 

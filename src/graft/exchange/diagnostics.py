@@ -7,9 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 
 from graft.config import ExchangeConfig
-from graft.exchange.records import DirectionResult, Selection
+from graft.exchange.records import Direction, DirectionResult
 from graft.exchange.weight import compatibility, own_mean_logprob
-from graft.types import Group, Imported, PeerResponse
+from graft.types import Group
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
@@ -26,15 +26,18 @@ def _mean_token_logprob(groups: Sequence[Group]) -> float:
 
 
 def direction_metrics(
-    selection: Selection,
-    receiver: Sequence[Group],
-    source: Sequence[Group],
-    requests: Sequence[PeerResponse],
-    imported: Sequence[Imported],
+    d: Direction,
     s_values: Sequence[float],
     weights: Sequence[float],
 ) -> dict[str, float]:
     """Diagnostics of one direction in one step (logged under x/<source>-><receiver>/)."""
+    selection, receiver, source, requests, imported = (
+        d.selection,
+        d.receiver,
+        d.source,
+        d.requests,
+        d.imported,
+    )
     all_fail = [i for i, g in enumerate(receiver) if g.all_fail]
     correct = [source[r.prompt_index].verdicts_G[r.member].correct for r in requests]
     out = {
@@ -81,12 +84,7 @@ def direction_metrics(
     return out
 
 
-def skill_metrics(
-    receiver: Sequence[Group],
-    source: Sequence[Group],
-    requests: Sequence[PeerResponse],
-    weights: Sequence[float],
-) -> dict[str, float]:
+def skill_metrics(d: Direction, weights: Sequence[float]) -> dict[str, float]:
     """Counts per skill (`by_skill/<skill>/...`), summable over steps and seeds: the receiver's
     prompts and all-fail prompts, the source's mixed groups on those, and the source's correct and
     wrong responses sent and admitted. Empty when the problems carry no skill tag."""
@@ -97,12 +95,12 @@ def skill_metrics(
             name = f"by_skill/{skill}/{key}"
             out[name] = out.get(name, 0.0) + value
 
-    for r, s in zip(receiver, source):
+    for r, s in zip(d.receiver, d.source):
         add(r.problem.skill, "prompts", 1.0)
         add(r.problem.skill, "all_fail", float(r.all_fail))
         add(r.problem.skill, "peer_mixed", float(r.all_fail and s.mixed))
-    for req, w in zip(requests, weights):
-        group = source[req.prompt_index]
+    for req, w in zip(d.requests, weights):
+        group = d.source[req.prompt_index]
         label = "correct" if group.verdicts_G[req.member].correct else "wrong"
         add(group.problem.skill, f"sent_{label}", 1.0)
         add(group.problem.skill, f"admitted_{label}", float(w > 0))
@@ -113,23 +111,17 @@ WHAT_IF_SCORES = ("paper", "per_byte", "receiver_relative")
 """The scores whose admission is also counted for every direction (diagnostics only)."""
 
 
-def what_if_admission(
-    receiver: Sequence[Group],
-    source: Sequence[Group],
-    requests: Sequence[PeerResponse],
-    imported: Sequence[Imported],
-    cfg: ExchangeConfig,
-) -> dict[str, float]:
+def what_if_admission(d: Direction, cfg: ExchangeConfig) -> dict[str, float]:
     """How many of the peer's correct and wrong responses each documented score would admit at
     the configured delta (`admit_if/<score>/{correct,wrong}`): which score would feed a direction
     that the configured one starves. Pure arithmetic on the same records; changes no weight."""
     out = {f"admit_if/{m}/{k}": 0.0 for m in WHAT_IF_SCORES for k in ("correct", "wrong")}
     eos = cfg.eos_in_score
-    for req, imp in zip(requests, imported, strict=True):
+    for req, imp in zip(d.requests, d.imported, strict=True):
         if imp.drop:
             continue
-        group = source[req.prompt_index]
-        own_mean = own_mean_logprob(receiver[req.prompt_index], eos_in_score=eos)
+        group = d.source[req.prompt_index]
+        own_mean = own_mean_logprob(d.receiver[req.prompt_index], eos_in_score=eos)
         label = "correct" if group.verdicts_G[req.member].correct else "wrong"
         src = group.rollout.completions_G[req.member]
         for mode in WHAT_IF_SCORES:

@@ -55,6 +55,12 @@ def balance(
     return top_m_with_ties(c_ab, k_a, m), top_m_with_ties(c_ba, k_b, m)
 
 
+def one_way(source: str, receiver: str, groups: Mapping[str, Sequence[Group]]) -> Selection:
+    """A single direction (stored peer): the gate alone, without balancing."""
+    candidates = gate(groups[receiver], groups[source])
+    return Selection(source, receiver, candidates=candidates, selected=candidates)
+
+
 def success_counts(groups: Mapping[str, Sequence[Group]]) -> dict[str, list[int]]:
     """k_M(q) for every policy M and prompt q."""
     return {name: [g.num_correct for g in gs] for name, gs in groups.items()}

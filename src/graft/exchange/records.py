@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from graft.types import Group, TrainGroup
+from graft.types import Group, Imported, PeerResponse, TrainGroup
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,39 @@ class Selection:
     """Prompts passing the gate, before balancing."""
     selected: tuple[int, ...]
     """Prompts whose receiver group is replaced by the source's group."""
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One (source -> receiver) direction of a step: what was selected, both policies' groups on
+    the step's prompts, the peer responses sent and their imports into the receiver."""
+
+    selection: Selection
+    receiver: Sequence[Group]
+    source: Sequence[Group]
+    requests: Sequence[PeerResponse]
+    imported: Sequence[Imported]
+    """In the order of `requests`."""
+
+    def __post_init__(self) -> None:
+        if len(self.requests) != len(self.imported):
+            raise ValueError(
+                f"{self.selection.source}->{self.selection.receiver}: {len(self.requests)} "
+                f"requests but {len(self.imported)} imported responses"
+            )
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a source may need to know of the step besides the groups."""
+
+    step: int
+    seed: int
+    """The step's exchange seed; every random choice of the exchange is derived from it."""
+    adv_mode: str = "grpo"
+    """`algo.advantage`, for advantages the exchange computes (stored peer, pooled ablation)."""
+    adv_eps: float = 1e-6
+    """`algo.adv_eps`."""
 
 
 @dataclass(frozen=True)

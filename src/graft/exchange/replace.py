@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from graft.exchange.records import Selection
+from graft.exchange.records import Direction, Selection
 from graft.groups import self_train_group
 from graft.types import Group, Imported, Objective, PeerResponse, TrainGroup, TrainSequence
 
@@ -41,12 +41,13 @@ def peer_requests(
     return out
 
 
-def by_prompt(requests: Sequence[PeerResponse]) -> dict[int, list[int]]:
-    """Positions of the requests of each prompt index."""
-    out: dict[int, list[int]] = {}
-    for r, req in enumerate(requests):
-        out.setdefault(req.prompt_index, []).append(r)
-    return out
+def admitted_rows(d: Direction, weights: Sequence[float]) -> dict[int, list[int]]:
+    """Per selected prompt, the positions of its admitted peer responses (possibly none)."""
+    rows: dict[int, list[int]] = {i: [] for i in d.selection.selected}
+    for r, req in enumerate(d.requests):
+        if not d.imported[r].drop and weights[r] > 0:
+            rows[req.prompt_index].append(r)
+    return rows
 
 
 def peer_sequence(
@@ -64,33 +65,20 @@ def peer_sequence(
     )
 
 
-def admitted(imported: Imported, weight: float) -> bool:
-    return not imported.drop and weight > 0
-
-
 def replacement_groups(
-    selection: Selection,
-    receiver: Sequence[Group],
-    source: Sequence[Group],
-    requests: Sequence[PeerResponse],
-    imported: Sequence[Imported],
-    weights: Sequence[float],
-    *,
-    objective: Objective = "pg",
+    d: Direction, weights: Sequence[float], *, objective: Objective = "pg"
 ) -> dict[int, TrainGroup]:
     """Per selected prompt with an admitted response: the source's group in the receiver's tokens,
     with the source's advantages and the weights w."""
-    rows = by_prompt(requests)
     out: dict[int, TrainGroup] = {}
-    for i in selection.selected:
-        advantages = source[i].advantages_G
-        peer = tuple(
-            peer_sequence(imported[r], advantages[requests[r].member], weights[r], objective)
-            for r in rows.get(i, [])
-            if admitted(imported[r], weights[r])
-        )
-        if peer:
-            out[i] = TrainGroup(receiver[i].problem.id, peer, is_peer=True)
+    for i, rows in admitted_rows(d, weights).items():
+        if rows:
+            adv = d.source[i].advantages_G
+            peer = [
+                peer_sequence(d.imported[r], adv[d.requests[r].member], weights[r], objective)
+                for r in rows
+            ]
+            out[i] = TrainGroup(d.receiver[i].problem.id, tuple(peer), is_peer=True)
     return out
 
 

@@ -20,7 +20,14 @@ from graft.config import ExchangeConfig
 from graft.exchange import ablations
 from graft.exchange.diagnostics import direction_metrics, skill_metrics, what_if_admission
 from graft.exchange.gate import gate_pairs, one_source_per_prompt, selections, success_counts
-from graft.exchange.records import DirectionResult, ExchangeOutcome, Offer, Selection
+from graft.exchange.records import (
+    Direction,
+    DirectionResult,
+    ExchangeOutcome,
+    Offer,
+    Selection,
+    StepInfo,
+)
 from graft.exchange.replace import all_members, peer_requests, receiver_batch
 from graft.exchange.stored import StoredPeer
 from graft.exchange.weight import admission_weights, compatibility_scores
@@ -39,14 +46,7 @@ class Source(Protocol):
     """Where the peer groups of a step come from."""
 
     def offer(
-        self,
-        groups: Mapping[str, Sequence[Group]],
-        cfg: ExchangeConfig,
-        *,
-        step: int,
-        seed: int,
-        adv_mode: str,
-        adv_eps: float,
+        self, groups: Mapping[str, Sequence[Group]], cfg: ExchangeConfig, at: StepInfo
     ) -> Offer: ...
 
 
@@ -73,21 +73,13 @@ class OnlinePeers:
     """The source of online GRAFT: the co-training policies themselves."""
 
     def offer(
-        self,
-        groups: Mapping[str, Sequence[Group]],
-        cfg: ExchangeConfig,
-        *,
-        step: int,
-        seed: int,
-        adv_mode: str,
-        adv_eps: float,
+        self, groups: Mapping[str, Sequence[Group]], cfg: ExchangeConfig, at: StepInfo
     ) -> Offer:
-        del step, adv_mode, adv_eps
         chosen = select_transfers(
             groups,
             balancing=cfg.balancing,
             selection=cfg.selection,
-            seed=derive_seed(seed, "selection"),
+            seed=derive_seed(at.seed, "selection"),
         )
         return Offer(groups, chosen)
 
@@ -134,17 +126,16 @@ def graft_direction(
     seed: int = 0,
 ) -> DirectionResult:
     """Weigh and replace for one (source -> receiver) direction, with its diagnostics."""
-    s_values = compatibility_scores(
-        receiver, source, requests, imported, mode=cfg.weight, eos_in_score=cfg.eos_in_score
-    )
+    d = Direction(selection, receiver, source, requests, imported)
+    s_values = compatibility_scores(d, mode=cfg.weight, eos_in_score=cfg.eos_in_score)
     weights = admission_weights(s_values, imported, delta=cfg.delta, mode=cfg.weight)
     weights = ablations.weights_for(weights, imported, cfg, seed=seed)
     replace = ablations.replacement_for(cfg, adv_mode=adv_mode, adv_eps=adv_eps)
-    groups = replace(selection, receiver, source, requests, imported, weights)
-    metrics = direction_metrics(selection, receiver, source, requests, imported, s_values, weights)
+    groups = replace(d, weights)
+    metrics = direction_metrics(d, s_values, weights)
     metrics["prompts_grafted"] = float(len(groups))
-    metrics.update(skill_metrics(receiver, source, requests, weights))
-    metrics.update(what_if_admission(receiver, source, requests, imported, cfg))
+    metrics.update(skill_metrics(d, weights))
+    metrics.update(what_if_admission(d, cfg))
     admitted = sum(w > 0 for w in weights)
     return DirectionResult(groups, metrics, sent=len(requests), admitted=admitted)
 
@@ -172,47 +163,57 @@ def exchange(
     """GRAFT from `source` into the policies of `groups`; plain GRPO batches without a source."""
     if source is None:
         return no_exchange(groups)
-    offer = source.offer(groups, cfg, step=step, seed=seed, adv_mode=adv_mode, adv_eps=adv_eps)
-    pairs = [(s.source, s.receiver) for s in offer.selections]
+    offer = source.offer(groups, cfg, StepInfo(step, seed, adv_mode, adv_eps))
+    chosen = {(s.source, s.receiver): s for s in offer.selections}
     requests = {
-        (s.source, s.receiver): transfer_requests(
+        (a, b): transfer_requests(
             s,
-            offer.groups[s.source],
+            offer.groups[a],
             replacement=cfg.replacement,
             peer_update=cfg.peer_update,
-            seed=derive_seed(seed, s.source, s.receiver, "requests"),
+            seed=derive_seed(seed, a, b, "requests"),
         )
-        for s in offer.selections
+        for (a, b), s in chosen.items()
     }
     imported = import_responses(requests, backend, too_long=cfg.too_long)
     directions = {
-        (s.source, s.receiver): graft_direction(
+        (a, b): graft_direction(
             s,
-            offer.groups[s.receiver],
-            offer.groups[s.source],
-            requests[pair],
-            imported[pair],
+            offer.groups[b],
+            offer.groups[a],
+            requests[a, b],
+            imported[a, b],
             cfg,
             adv_mode=adv_mode,
             adv_eps=adv_eps,
-            seed=derive_seed(seed, s.source, s.receiver, "admission"),
+            seed=derive_seed(seed, a, b, "admission"),
         )
-        for s, pair in zip(offer.selections, pairs)
+        for (a, b), s in chosen.items()
     }
     metrics = {
         f"x/{a}->{b}/{k}": v for (a, b), d in directions.items() for k, v in d.metrics.items()
     }
     metrics.update(offer.metrics)
+    batches, replaced = receiver_batches(offer.groups, offer.selections, directions)
+    return ExchangeOutcome(batches, metrics, directions, replaced)
+
+
+def receiver_batches(
+    groups: Mapping[str, Sequence[Group]],
+    chosen: Sequence[Selection],
+    directions: Mapping[Pair, DirectionResult],
+) -> tuple[dict[str, list[TrainGroup]], dict[str, frozenset[int]]]:
+    """Each receiver's training batch, and the prompts whose own group was replaced."""
     batches, replaced = {}, {}
-    for receiver in dict.fromkeys(s.receiver for s in offer.selections):
-        mine = [s for s in offer.selections if s.receiver == receiver]
+    for receiver in dict.fromkeys(s.receiver for s in chosen):
+        mine = [s for s in chosen if s.receiver == receiver]
         replacements = {
             i: g for s in mine for i, g in directions[s.source, receiver].groups.items()
         }
         selected = {i for s in mine for i in s.selected}
-        batches[receiver] = receiver_batch(offer.groups[receiver], replacements, selected)
+        batches[receiver] = receiver_batch(groups[receiver], replacements, selected)
         replaced[receiver] = frozenset(selected)
-    return ExchangeOutcome(batches, metrics, directions, replaced)
+    return batches, replaced
 
 
 def make_source(

@@ -16,8 +16,8 @@ from typing import Any
 
 from graft.config import ExchangeConfig
 from graft.configlib import ConfigError
-from graft.exchange.gate import gate
-from graft.exchange.records import Offer, Selection
+from graft.exchange.gate import one_way
+from graft.exchange.records import Offer, StepInfo
 from graft.groups import make_groups
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.tasks.pool import VerifierPool
@@ -143,32 +143,24 @@ class StoredPeer:
             )
 
     def offer(
-        self,
-        groups: Mapping[str, Sequence[Group]],
-        cfg: ExchangeConfig,
-        *,
-        step: int,
-        seed: int,
-        adv_mode: str,
-        adv_eps: float,
+        self, groups: Mapping[str, Sequence[Group]], cfg: ExchangeConfig, at: StepInfo
     ) -> Offer:
         """One direction, stored peer -> the one receiver: the gate, no balancing."""
-        del cfg, seed  # the source's own config was given at construction; nothing is random
+        del cfg  # the source's own config was given at construction
         if self.pool is None:
             raise ValueError("StoredPeer.offer needs the verifier pool given at construction")
         ((receiver, receiver_groups),) = groups.items()
         problems = [g.problem for g in receiver_groups]
         source, metrics = self.source_groups(
             problems,
-            step=step,
+            step=at.step,
             pool=self.pool,
             verifier=self.verifier,
-            adv_mode=adv_mode,
-            adv_eps=adv_eps,
+            adv_mode=at.adv_mode,
+            adv_eps=at.adv_eps,
         )
-        candidates = gate(receiver_groups, source)
-        selection = Selection(self.name, receiver, candidates=candidates, selected=candidates)
-        return Offer({receiver: receiver_groups, self.name: source}, [selection], metrics)
+        aligned = {receiver: receiver_groups, self.name: source}
+        return Offer(aligned, [one_way(self.name, receiver, aligned)], metrics)
 
 
 def _completion(row: Mapping[str, Any]) -> Completion:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from graft.types import Completion, Group, Imported, PeerResponse
+from graft.exchange.records import Direction
+from graft.types import Completion, Group, Imported
 
 SCORES = ("paper", "none", "per_byte", "receiver_relative")
 """The documented scores s (`exchange.weight`)."""
@@ -65,23 +66,15 @@ def own_mean_logprob(group: Group, *, eos_in_score: bool) -> float:
     ) / len(own)
 
 
-def compatibility_scores(
-    receiver: Sequence[Group],
-    source: Sequence[Group],
-    requests: Sequence[PeerResponse],
-    imported: Sequence[Imported],
-    *,
-    mode: str,
-    eos_in_score: bool,
-) -> list[float]:
+def compatibility_scores(d: Direction, *, mode: str, eos_in_score: bool) -> list[float]:
     """s of every peer response of one direction (NaN for one that could not be imported)."""
     out = []
-    for req, imp in zip(requests, imported, strict=True):
+    for req, imp in zip(d.requests, d.imported, strict=True):
         if imp.drop:
             out.append(float("nan"))
             continue
-        src = source[req.prompt_index].rollout.completions_G[req.member]
-        own = own_mean_logprob(receiver[req.prompt_index], eos_in_score=eos_in_score)
+        src = d.source[req.prompt_index].rollout.completions_G[req.member]
+        own = own_mean_logprob(d.receiver[req.prompt_index], eos_in_score=eos_in_score)
         out.append(
             compatibility(src, imp, mode=mode, eos_in_score=eos_in_score, receiver_own_mean=own)
         )
