@@ -3,7 +3,9 @@
 import pytest
 
 from exchange_helpers import groups_for
-from graft.exchange import balance, gate, select_transfers, top_m_with_ties
+from graft.config import ExchangeConfig
+from graft.exchange import OnlinePeers, balance, exchange, gate, select_transfers, top_m_with_ties
+from graft.types import Imported
 
 
 @pytest.mark.parametrize(
@@ -90,3 +92,40 @@ def test_random_selection_is_count_matched():
         select_transfers({"a": a, "b": b}, selection="random", seed=5)[0].selected
         == rand["a", "b"].selected
     )
+
+
+class _EchoImports:
+    """The backend's import step only: each peer response comes back tagged with where it was
+    from (prompt index and member in its response ids), so the test can see where it lands."""
+
+    def __init__(self):
+        self.calls = []
+
+    def import_responses(self, requests, *, too_long):
+        self.calls.append({name: len(reqs) for name, reqs in requests.items()})
+        return {
+            name: [
+                Imported((1,), (100 + r.prompt_index, 200 + r.member), (-0.1, -0.1)) for r in reqs
+            ]
+            for name, reqs in requests.items()
+        }
+
+
+def test_a_receiver_with_two_sources_imports_once_and_gets_each_response_back_in_its_direction():
+    # b failed prompts 0 and 1; a is mixed on prompt 1 only, c on prompt 0 only.
+    a = groups_for("a", ["1111", "1000", "1111"])
+    b = groups_for("b", ["0000", "0000", "1100"])
+    c = groups_for("c", ["1100", "1111", "1111"])
+    backend = _EchoImports()
+    cfg = ExchangeConfig(balancing=False, weight="none")
+    outcome = exchange({"a": a, "b": b, "c": c}, OnlinePeers(), backend, cfg, seed=0)
+    assert backend.calls == [{"b": 8}]  # one import call, both sources' responses for b in it
+    from_a, from_c = outcome.directions["a", "b"], outcome.directions["c", "b"]
+    assert set(from_a.groups) == {1} and set(from_c.groups) == {0}
+    for prompt, result in ((1, from_a), (0, from_c)):
+        seqs = result.groups[prompt].sequences
+        assert [q.response_ids for q in seqs] == [(100 + prompt, 200 + j) for j in range(4)]
+        assert result.sent == result.admitted == 4
+    assert outcome.replaced["b"] == frozenset({0, 1})
+    peer_prompts = [g.problem_id for g in outcome.batches["b"] if g.is_peer]
+    assert peer_prompts == [b[0].problem.id, b[1].problem.id]
