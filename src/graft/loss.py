@@ -186,11 +186,11 @@ def graft_objective(
     *,
     clip_low: float,
     clip_high: float,
+    luffy_gamma: float,
     dual_clip: float = 0.0,
     ratio: str = "token",
     luffy_B: torch.Tensor | None = None,
     sft_B: torch.Tensor | None = None,
-    luffy_gamma: float = 0.1,
     ref_logp_BT: torch.Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> ObjectiveTerms:

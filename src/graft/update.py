@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
-from graft.loss import graft_objective, loss_coefficients
+from graft.loss import ObjectiveTerms, graft_objective, loss_coefficients
 from graft.modeling import distinct_pairs, sequence_logprobs
 from graft.types import TrainGroup, TrainSequence
 
@@ -66,25 +66,31 @@ class UpdateSettings:
         `constant` reduction's default normaliser), the policy's `optim` and, when it exchanges,
         `exchange`'s peer position and LUFFY gamma."""
         return cls(
-            clip_low=algo.clip_low,
-            clip_high=algo.clip_high,
-            dual_clip=algo.dual_clip,
-            loss_agg=algo.loss_agg,
+            **{name: getattr(algo, name) for name in _SAME_AS_ALGO},
             loss_constant=algo.loss_constant or rollout.max_new_tokens,
-            minibatches=algo.minibatches,
-            micro_batch_size=algo.micro_batch_size,
-            epochs=algo.epochs,
-            kl_coef=algo.kl_coef,
-            ratio=algo.ratio,
             peer_position=exchange.peer_position,
             grad_clip=optim.grad_clip,
             temperature=rollout.temperature,
             luffy_gamma=exchange.luffy_gamma,
-            skip_zero_advantage=algo.skip_zero_advantage,
-            sort_by_length=algo.sort_by_length,
-            share_prompts=algo.share_prompts,
-            dedup_responses=algo.dedup_responses,
         )
+
+
+_SAME_AS_ALGO = (
+    "clip_low",
+    "clip_high",
+    "dual_clip",
+    "loss_agg",
+    "minibatches",
+    "micro_batch_size",
+    "epochs",
+    "kl_coef",
+    "ratio",
+    "skip_zero_advantage",
+    "sort_by_length",
+    "share_prompts",
+    "dedup_responses",
+)
+"""The settings copied unchanged from `algo`, under the same names."""
 
 
 def order_groups(
@@ -171,20 +177,26 @@ def _micro_loss(
         ref_logp_BT=ref_BT,
         kl_coef=s.kl_coef,
     )
-    with torch.no_grad():
-        peer_B1 = torch.tensor([q.is_peer for q in seqs], device=dev).unsqueeze(-1)
-        clipped_BT, ratio_BT = terms.clipped_BT & mask_BT, terms.ratio_BT
-        stats = {
-            "tokens": mask_BT.sum(),
-            "peer_tokens": (mask_BT & peer_B1).sum(),
-            "clipped": (clipped_BT & ~peer_B1).sum(),
-            "peer_clipped": (clipped_BT & peer_B1).sum(),
-            "ratio_sum": (ratio_BT * mask_BT).sum(),
-            "ratio_max": ratio_BT.masked_fill(~mask_BT, 0).max(),
-            "kl_sum": (terms.kl_BT * mask_BT).sum(),
-            "loss": terms.loss.detach(),
-        }
-    return terms.loss, stats
+    return terms.loss, _micro_stats(terms, mask_BT, seqs)
+
+
+@torch.no_grad()
+def _micro_stats(
+    terms: ObjectiveTerms, mask_BT: torch.Tensor, seqs: Sequence[TrainSequence]
+) -> dict[str, torch.Tensor]:
+    """A micro-batch's sums for the update's metrics (self and peer tokens apart)."""
+    peer_B1 = torch.tensor([q.is_peer for q in seqs], device=mask_BT.device).unsqueeze(-1)
+    clipped_BT, ratio_BT = terms.clipped_BT & mask_BT, terms.ratio_BT
+    return {
+        "tokens": mask_BT.sum(),
+        "peer_tokens": (mask_BT & peer_B1).sum(),
+        "clipped": (clipped_BT & ~peer_B1).sum(),
+        "peer_clipped": (clipped_BT & peer_B1).sum(),
+        "ratio_sum": (ratio_BT * mask_BT).sum(),
+        "ratio_max": ratio_BT.masked_fill(~mask_BT, 0).max(),
+        "kl_sum": (terms.kl_BT * mask_BT).sum(),
+        "loss": terms.loss.detach(),
+    }
 
 
 def sequence_coefficients(sequences: Sequence[TrainSequence], s: UpdateSettings) -> torch.Tensor:
