@@ -62,6 +62,7 @@ class PolicySpec:
     those of `algo`, `rollout` and the model's optimizer, without an exchange's settings."""
 
     def update_settings(self) -> UpdateSettings:
+        """The settings this policy's update runs with."""
         if self.update is not None:
             return self.update
         return UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
