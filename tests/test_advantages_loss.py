@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from graft.groups import drgrpo_advantages, grpo_advantages
-from graft.loss import aggregate, clipped_surrogate, kl_k3, token_coefficients
+from graft.loss import (
+    aggregate,
+    clipped_surrogate,
+    graft_objective,
+    kl_k3,
+    loss_coefficients,
+    token_coefficients,
+)
 
 
 def test_grpo_advantages_hand_computed():
@@ -133,6 +140,39 @@ def test_vectorized_loss_equals_plain_loop(mode):
             constant=12,
         )
         assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_graft_objective_is_eq_10_with_sequence_weights():
+    """Token-mean over the minibatch of w_j x the clipped surrogate's token sum (paper eq. 10)."""
+    gen = torch.Generator().manual_seed(2)
+    B, T = 5, 7
+    logp = -torch.rand(B, T, generator=gen, dtype=torch.float64) * 3
+    old = logp + torch.randn(B, T, generator=gen, dtype=torch.float64) * 0.3
+    adv = torch.randn(B, generator=gen, dtype=torch.float64)
+    w = torch.rand(B, generator=gen, dtype=torch.float64)
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+    coef = loss_coefficients(lengths, torch.zeros(B, dtype=torch.bool), mode="token-mean")
+    terms = graft_objective(
+        logp, old, adv, w, mask, coef, clip_low=0.2, clip_high=0.28, luffy_gamma=0.1
+    )
+    per_row = [
+        _reference_loss(
+            logp[b : b + 1].tolist(),
+            old[b : b + 1].tolist(),
+            adv[b : b + 1].tolist(),
+            mask[b : b + 1].tolist(),
+            clip_low=0.2,
+            clip_high=0.28,
+            mode="constant",
+            constant=1,
+        )
+        for b in range(B)
+    ]
+    want = sum(w[b].item() * per_row[b] for b in range(B)) / int(lengths.sum())
+    assert terms.loss.item() == pytest.approx(want, rel=1e-12, abs=1e-12)
+    assert not terms.kl_BT.any()
+    torch.testing.assert_close(terms.ratio_BT, torch.exp(logp - old))
 
 
 def test_coefficients_split_equals_whole():

@@ -301,3 +301,23 @@ def test_scoring_runs_each_distinct_response_once(random_lm):
         assert a == pytest.approx(b, abs=1e-5)
     assert out[True][5] == out[True][6] == out[True][1]
     assert (rows[False], rows[True]) == (8, 5)
+
+
+def test_update_settings_default_to_the_configs_defaults_and_map_a_config():
+    import dataclasses
+
+    from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
+
+    mapped = UpdateSettings.from_config(AlgoConfig(), RolloutConfig(), OptimConfig())
+    # loss_constant 0 means rollout.max_new_tokens, which the mapping fills in
+    assert mapped.loss_constant == RolloutConfig().max_new_tokens
+    assert dataclasses.replace(mapped, loss_constant=0) == UpdateSettings()
+    changed = UpdateSettings.from_config(
+        AlgoConfig(clip_high=0.5, loss_constant=7, dedup_responses=False),
+        RolloutConfig(temperature=0.7),
+        OptimConfig(grad_clip=2.0),
+        ExchangeConfig(peer_position="first", luffy_gamma=0.3),
+    )
+    got = (changed.clip_high, changed.loss_constant, changed.dedup_responses, changed.temperature)
+    assert got == (0.5, 7, False, 0.7)
+    assert (changed.grad_clip, changed.peer_position, changed.luffy_gamma) == (2.0, "first", 0.3)

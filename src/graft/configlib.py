@@ -160,7 +160,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 def load_config(
     cls: type[T], path: str | Path | None = None, overrides: typing.Sequence[str] = ()
 ) -> T:
-    """Read YAML at `path` (optional), apply dotted overrides, build and validate `cls`."""
+    """Read YAML at `path` (optional), apply dotted overrides, build `cls` (whose constructor runs
+    its own cross-field checks, as `graft.config.Config`'s does)."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -180,11 +181,7 @@ def load_config(
         data = _with_defaults_for_lists(cls, data)
     for assignment in overrides:
         apply_override(data, assignment)
-    cfg = from_dict(cls, data)
-    validate = getattr(inspect.getmodule(cls), "validate", None)
-    if callable(validate):
-        validate(cfg)
-    return cfg
+    return from_dict(cls, data)
 
 
 def _with_defaults_for_lists(cls: type, data: dict[str, Any]) -> dict[str, Any]:

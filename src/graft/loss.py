@@ -1,16 +1,19 @@
-"""Per-token policy-gradient losses and their aggregation (pure; no model, no config object).
+"""GRAFT's per-micro-batch loss (paper eq. 10), its parts and its reduction (pure; no model, no
+config object).
 
 Loss is the NEGATED objective, to be minimised. Tensors: `_B` sequences, `_T` response tokens
 (right-padded; `mask_BT` marks real tokens).
 
-The aggregation is written as per-token coefficients, `loss = sum(loss_BT * coef_BT)`, with the
-coefficients computed once over the whole minibatch. Any split of the minibatch into micro-batches
-then sums to exactly the same loss and gradient (tests/test_loss.py checks it).
+The reduction is written as per-token coefficients, `loss = sum(loss_BT * coef_BT)`, with each
+sequence's coefficient computed once over the whole minibatch. Any split of the minibatch into
+micro-batches then sums to exactly the same loss and gradient (tests/test_advantages_loss.py and
+tests/test_update.py check it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -74,21 +77,33 @@ def kl_k3(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta_BT) - delta_BT - 1.0
 
 
-def _token_mean(mask_BT: torch.Tensor, *, constant: int) -> torch.Tensor:
+def luffy_shaping(logp_BT: torch.Tensor, adv_B: torch.Tensor, *, gamma: float) -> torch.Tensor:
+    """LUFFY's policy shaping (Yan et al., 2025) per token: loss = -A * f(pi), f(pi) = pi / (pi +
+    gamma), the behavior probability taken as 1 and no clip."""
+    prob_BT = torch.exp(logp_BT)
+    return -adv_B.unsqueeze(-1) * prob_BT / (prob_BT + gamma)
+
+
+def supervised_nll(logp_BT: torch.Tensor) -> torch.Tensor:
+    """The SGT baseline's supervised term per token: the negative log-likelihood."""
+    return -logp_BT
+
+
+def _token_mean(num_tokens_B: torch.Tensor, *, constant: int) -> torch.Tensor:
     del constant
-    return mask_BT / mask_BT.sum().clamp(min=1)
+    return (num_tokens_B > 0).to(torch.float64) / num_tokens_B.sum().clamp(min=1)
 
 
-def _seq_mean_token_mean(mask_BT: torch.Tensor, *, constant: int) -> torch.Tensor:
+def _seq_mean_token_mean(num_tokens_B: torch.Tensor, *, constant: int) -> torch.Tensor:
     del constant
-    num_seqs = max(mask_BT.shape[0], 1)
-    return mask_BT / mask_BT.sum(-1, keepdim=True).clamp(min=1) / num_seqs
+    num_seqs = max(num_tokens_B.shape[0], 1)
+    return (num_tokens_B > 0).to(torch.float64) / num_tokens_B.clamp(min=1) / num_seqs
 
 
-def _constant(mask_BT: torch.Tensor, *, constant: int) -> torch.Tensor:
+def _constant(num_tokens_B: torch.Tensor, *, constant: int) -> torch.Tensor:
     if constant <= 0:
         raise ValueError("the constant loss reduction needs constant > 0")
-    return mask_BT / (max(mask_BT.shape[0], 1) * constant)
+    return (num_tokens_B > 0).to(torch.float64) / (max(num_tokens_B.shape[0], 1) * constant)
 
 
 AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
@@ -98,20 +113,121 @@ AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def token_coefficients(mask_BT: torch.Tensor, *, mode: str, constant: int = 0) -> torch.Tensor:
-    """Per-token weights such that `aggregate(loss) == (loss_BT * coef_BT).sum()`.
+def reduction_coefficients(
+    num_tokens_B: torch.Tensor, *, mode: str, constant: int = 0
+) -> torch.Tensor:
+    """Each sequence's per-token loss coefficient (float64) under a reduction, from its length.
 
     token-mean: 1 / (all tokens of the minibatch) (DAPO; what the GRAFT objective uses).
     seq-mean-token-mean: 1 / (tokens of the sequence x sequences).
     constant: 1 / (sequences x constant) (Dr. GRPO's length-independent normaliser).
+    A sequence without tokens gets 0.
     """
     if mode not in AGGREGATIONS:
         raise ValueError(f"unknown loss aggregation {mode!r}; known: {sorted(AGGREGATIONS)}")
-    return AGGREGATIONS[mode](mask_BT.to(torch.float64), constant=constant)
+    return AGGREGATIONS[mode](num_tokens_B.to(torch.float64), constant=constant)
+
+
+def loss_coefficients(
+    num_tokens_B: torch.Tensor, supervised_B: torch.Tensor, *, mode: str, constant: int = 0
+) -> torch.Tensor:
+    """Each sequence's per-token loss coefficient over a whole minibatch (float64).
+
+    Policy-gradient (and LUFFY) sequences share the configured reduction; the SGT baseline's
+    supervised sequences (`supervised_B`) are averaged among themselves and never enter the
+    policy-gradient denominator.
+    """
+    coef_B = torch.zeros(num_tokens_B.shape[0], dtype=torch.float64)
+    pg_B = ~supervised_B
+    if bool(pg_B.any()):
+        coef_B[pg_B] = reduction_coefficients(num_tokens_B[pg_B], mode=mode, constant=constant)
+    if bool(supervised_B.any()):
+        coef_B[supervised_B] = 1.0 / int(num_tokens_B[supervised_B].sum())
+    return coef_B
+
+
+def token_coefficients(mask_BT: torch.Tensor, *, mode: str, constant: int = 0) -> torch.Tensor:
+    """Per-token weights such that `aggregate(loss) == (loss_BT * coef_BT).sum()`: each
+    sequence's `reduction_coefficients` on its real tokens, 0 on padding."""
+    mask_BT = mask_BT.to(torch.float64)
+    coef_B = reduction_coefficients(mask_BT.sum(-1), mode=mode, constant=constant)
+    return coef_B.unsqueeze(-1) * mask_BT
 
 
 def aggregate(
     loss_BT: torch.Tensor, mask_BT: torch.Tensor, *, mode: str, constant: int = 0
 ) -> torch.Tensor:
+    """The reduced loss: `(loss_BT * token_coefficients(mask_BT)).sum()`."""
     coef_BT = token_coefficients(mask_BT, mode=mode, constant=constant).to(loss_BT.dtype)
     return (loss_BT * coef_BT).sum()
+
+
+@dataclass(frozen=True)
+class ObjectiveTerms:
+    """One micro-batch's loss and the per-token tensors its statistics read (no gradient)."""
+
+    loss: torch.Tensor
+    """The negated objective, a scalar to minimise (summed over micro-batches: the minibatch's)."""
+    clipped_BT: torch.Tensor
+    """Tokens whose gradient the clip removed (never on LUFFY or supervised rows)."""
+    ratio_BT: torch.Tensor
+    """pi_theta / pi_old per token."""
+    kl_BT: torch.Tensor
+    """The k3 KL estimate per token; zeros without a KL term."""
+
+
+def graft_objective(
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    adv_B: torch.Tensor,
+    w_B: torch.Tensor,
+    mask_BT: torch.Tensor,
+    coef_B: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    luffy_gamma: float,
+    dual_clip: float = 0.0,
+    ratio: str = "token",
+    luffy_B: torch.Tensor | None = None,
+    sft_B: torch.Tensor | None = None,
+    ref_logp_BT: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> ObjectiveTerms:
+    """GRAFT's objective (paper eq. 10) over one micro-batch, negated to a loss:
+
+    J = (1 / sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_lo, 1+eps_hi) a_j)
+
+    The reduction is `coef_B`, each sequence's per-token coefficient computed over the whole
+    minibatch (`loss_coefficients`; 1 / sum_j |o_j| for token-mean), so the micro-batches'
+    losses sum to the minibatch's. `ratio="sequence"` uses one ratio per response (GSPO; dual_clip
+    unused). The baselines replace the clipped surrogate on their rows before the weight w:
+    `luffy_B` rows take `luffy_shaping`, `sft_B` rows `supervised_nll`. With `ref_logp_BT` and
+    kl_coef > 0, kl_coef x k3 KL is added per token after the weight.
+    """
+    if ratio == "sequence":
+        loss_BT, clipped_BT = sequence_ratio_surrogate(
+            logp_BT, old_logp_BT, adv_B, mask_BT, clip_low=clip_low, clip_high=clip_high
+        )
+    else:
+        loss_BT, clipped_BT = clipped_surrogate(
+            logp_BT, old_logp_BT, adv_B, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip
+        )
+    if luffy_B is not None:
+        luffy_B1 = luffy_B.unsqueeze(-1)
+        loss_BT = torch.where(luffy_B1, luffy_shaping(logp_BT, adv_B, gamma=luffy_gamma), loss_BT)
+        clipped_BT = clipped_BT & ~luffy_B1
+    if sft_B is not None:
+        sft_B1 = sft_B.unsqueeze(-1)
+        loss_BT = torch.where(sft_B1, supervised_nll(logp_BT), loss_BT)
+        clipped_BT = clipped_BT & ~sft_B1
+    loss_BT = loss_BT * w_B.unsqueeze(-1)
+    kl_BT = torch.zeros_like(loss_BT)
+    if ref_logp_BT is not None and kl_coef > 0:
+        kl_BT = kl_k3(logp_BT, ref_logp_BT)
+        loss_BT = loss_BT + kl_coef * kl_BT
+    coef_BT = coef_B.to(device=loss_BT.device, dtype=loss_BT.dtype).unsqueeze(-1) * mask_BT
+    loss = (loss_BT * coef_BT).sum()
+    with torch.no_grad():
+        ratio_BT = torch.exp(logp_BT - old_logp_BT)
+    return ObjectiveTerms(loss, clipped_BT, ratio_BT, kl_BT.detach())

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from graft.config import AlgoConfig, ConfigError, ModelConfig, RolloutConfig
+from graft.config import AlgoConfig, Config, ConfigError, ModelConfig, RolloutConfig
 from graft.errors import DataError
 from graft.modeling import score_sequences
 from graft.models import load_model_and_tokenizer, model_fingerprint
@@ -57,32 +57,37 @@ class PolicySpec:
     cache_dir: str = ""
     index: int = 0
     """Position in the config's model list (for error messages: models.<index>)."""
-    peer_position: str = "last"
-    luffy_gamma: float = 0.1
+    update: UpdateSettings | None = None
+    """The update's settings, built by the driver from the whole config (`policy_specs`); None:
+    those of `algo`, `rollout` and the model's optimizer, without an exchange's settings."""
+
+    def update_settings(self) -> UpdateSettings:
+        """The settings this policy's update runs with."""
+        if self.update is not None:
+            return self.update
+        return UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
 
 
-def update_settings(spec: PolicySpec, minibatches: int | None = None) -> UpdateSettings:
-    a = spec.algo
-    return UpdateSettings(
-        clip_low=a.clip_low,
-        clip_high=a.clip_high,
-        dual_clip=a.dual_clip,
-        loss_agg=a.loss_agg,
-        loss_constant=a.loss_constant or spec.rollout.max_new_tokens,
-        minibatches=minibatches or a.minibatches,
-        micro_batch_size=a.micro_batch_size,
-        epochs=a.epochs,
-        kl_coef=a.kl_coef,
-        grad_clip=spec.model.optim.grad_clip,
-        temperature=spec.rollout.temperature,
-        ratio=a.ratio,
-        peer_position=spec.peer_position,
-        luffy_gamma=spec.luffy_gamma,
-        skip_zero_advantage=a.skip_zero_advantage,
-        sort_by_length=a.sort_by_length,
-        share_prompts=a.share_prompts,
-        dedup_responses=a.dedup_responses,
-    )
+def policy_specs(cfg: Config) -> list[PolicySpec]:
+    """One spec per model of a training config, with its share of the cores."""
+    from graft.backends import resolve_backend  # the backends import this module
+
+    cores = os.cpu_count() or 1
+    # Policies that run one after the other each get every core; parallel ones share them.
+    serial = resolve_backend(cfg.run.backend, len(cfg.models)) == "inprocess"
+    threads = cfg.run.threads or (cores if serial else max(1, cores // len(cfg.models)))
+    return [
+        PolicySpec(
+            model=m,
+            rollout=cfg.rollout,
+            algo=cfg.algo,
+            seed=cfg.run.seed,
+            threads=threads,
+            index=i,
+            update=UpdateSettings.from_config(cfg.algo, cfg.rollout, m.optim, cfg.exchange),
+        )
+        for i, m in enumerate(cfg.models)
+    ]
 
 
 class Policy:
@@ -309,7 +314,7 @@ class Policy:
                 self.model,
                 self.optimizer,
                 groups,
-                update_settings(self.spec),
+                self.spec.update_settings(),
                 pad_id=self.pad_id,
                 ref_model=self.ref_model,
                 set_lr=self._set_lr,

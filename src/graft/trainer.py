@@ -17,13 +17,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from graft.backends import Backend, make_backend, resolve_backend
+from graft.backends import Backend, make_backend
 from graft.config import Config, ConfigError, Plan, make_plan
 from graft.errors import DataError
 from graft.evaluate import evaluate_once
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
 from graft.groups import group_metrics, make_groups
-from graft.policy import PolicySpec
+from graft.policy import policy_specs
 from graft.recorder import Recorder
 from graft.rollout import SamplingParams
 from graft.rundir import (
@@ -63,28 +63,6 @@ class RunResult:
     run_dir: Path
     steps: int
     final_metrics: dict[str, float]
-
-
-def policy_specs(cfg: Config) -> list[PolicySpec]:
-    import os
-
-    cores = os.cpu_count() or 1
-    # Policies that run one after the other each get every core; parallel ones share them.
-    serial = resolve_backend(cfg.run.backend, len(cfg.models)) == "inprocess"
-    threads = cfg.run.threads or (cores if serial else max(1, cores // len(cfg.models)))
-    return [
-        PolicySpec(
-            model=m,
-            rollout=cfg.rollout,
-            algo=cfg.algo,
-            seed=cfg.run.seed,
-            threads=threads,
-            index=i,
-            peer_position=cfg.exchange.peer_position,
-            luffy_gamma=cfg.exchange.luffy_gamma,
-        )
-        for i, m in enumerate(cfg.models)
-    ]
 
 
 class Trainer:

@@ -1,9 +1,10 @@
 """One policy's update over a rollout batch: minibatches (peer groups last), micro-batches with
-gradient accumulation, the clipped surrogate, grad-norm clipping, an optimizer step per minibatch.
+gradient accumulation, grad-norm clipping, an optimizer step per minibatch, and the statistics.
 
-Objective per minibatch (maximised; GRAFT eq. 10, DAPO token-mean when all w = 1):
+The loss of a micro-batch is GRAFT's objective (paper eq. 10, `graft.loss.graft_objective`):
     J = (1 / sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_lo, 1+eps_hi) a_j)
-rho is always the trainee's ratio pi_theta / pi_old on its own tokenization (self and peer alike).
+with the reduction's coefficients computed over the whole minibatch. rho is always the trainee's
+ratio pi_theta / pi_old on its own tokenization (self and peer alike).
 """
 
 from __future__ import annotations
@@ -15,39 +16,81 @@ from dataclasses import dataclass
 
 import torch
 
-from graft.loss import clipped_surrogate, kl_k3, sequence_ratio_surrogate, token_coefficients
+from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
+from graft.loss import ObjectiveTerms, graft_objective, loss_coefficients
 from graft.modeling import distinct_pairs, sequence_logprobs
 from graft.types import TrainGroup, TrainSequence
+
+_ALGO, _ROLLOUT, _OPTIM, _EXCHANGE = AlgoConfig(), RolloutConfig(), OptimConfig(), ExchangeConfig()
 
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """What the update needs from the config, flattened (kept explicit for tests)."""
+    """What the update needs from the config, flattened (kept explicit for tests). The defaults
+    are the config's; `from_config` maps a config onto these fields."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: float = 0.0
-    loss_agg: str = "token-mean"
-    loss_constant: int = 0
-    minibatches: int = 1
-    micro_batch_size: int = 32
-    epochs: int = 1
-    kl_coef: float = 0.0
-    ratio: str = "token"
+    clip_low: float = _ALGO.clip_low
+    clip_high: float = _ALGO.clip_high
+    dual_clip: float = _ALGO.dual_clip
+    loss_agg: str = _ALGO.loss_agg
+    loss_constant: int = _ALGO.loss_constant
+    minibatches: int = _ALGO.minibatches
+    micro_batch_size: int = _ALGO.micro_batch_size
+    epochs: int = _ALGO.epochs
+    kl_coef: float = _ALGO.kl_coef
+    ratio: str = _ALGO.ratio
     """`token` (PPO/GRAFT) or `sequence` (GSPO-style, an ablation)."""
-    peer_position: str = "last"
+    peer_position: str = _EXCHANGE.peer_position
     """Where minibatches holding peer groups go: `last` (GRAFT), `first`, `uniform` (shuffled)."""
-    grad_clip: float = 1.0
-    temperature: float = 1.0
-    luffy_gamma: float = 0.1
-    skip_zero_advantage: bool = True
+    grad_clip: float = _OPTIM.grad_clip
+    temperature: float = _ROLLOUT.temperature
+    luffy_gamma: float = _EXCHANGE.luffy_gamma
+    skip_zero_advantage: bool = _ALGO.skip_zero_advantage
     """Skip the forward/backward of responses with exactly zero gradient (see _zero_gradient)."""
-    sort_by_length: bool = True
+    sort_by_length: bool = _ALGO.sort_by_length
     """Cut micro-batches from length-sorted responses (less padding; same sum)."""
-    share_prompts: bool = True
+    share_prompts: bool = _ALGO.share_prompts
     """Run each distinct prompt of a micro-batch once and attach its KV cache to its responses."""
-    dedup_responses: bool = True
+    dedup_responses: bool = _ALGO.dedup_responses
     """Run each distinct (prompt, response) of a micro-batch once; every copy keeps its own loss."""
+
+    @classmethod
+    def from_config(
+        cls,
+        algo: AlgoConfig,
+        rollout: RolloutConfig,
+        optim: OptimConfig,
+        exchange: ExchangeConfig = _EXCHANGE,
+    ) -> UpdateSettings:
+        """The settings of one policy's update: `algo`, the rollout's temperature and length (the
+        `constant` reduction's default normaliser), the policy's `optim` and, when it exchanges,
+        `exchange`'s peer position and LUFFY gamma."""
+        return cls(
+            **{name: getattr(algo, name) for name in _SAME_AS_ALGO},
+            loss_constant=algo.loss_constant or rollout.max_new_tokens,
+            peer_position=exchange.peer_position,
+            grad_clip=optim.grad_clip,
+            temperature=rollout.temperature,
+            luffy_gamma=exchange.luffy_gamma,
+        )
+
+
+_SAME_AS_ALGO = (
+    "clip_low",
+    "clip_high",
+    "dual_clip",
+    "loss_agg",
+    "minibatches",
+    "micro_batch_size",
+    "epochs",
+    "kl_coef",
+    "ratio",
+    "skip_zero_advantage",
+    "sort_by_length",
+    "share_prompts",
+    "dedup_responses",
+)
+"""The settings copied unchanged from `algo`, under the same names."""
 
 
 def order_groups(
@@ -79,29 +122,6 @@ def split_minibatches(groups: Sequence[TrainGroup], num: int) -> list[list[Train
     return chunks
 
 
-def _other_objectives(
-    seqs: Sequence[TrainSequence],
-    logp_BT: torch.Tensor,
-    adv_B: torch.Tensor,
-    loss_BT: torch.Tensor,
-    clipped_BT: torch.Tensor,
-    s: UpdateSettings,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of the baselines' objectives replace the clipped surrogate (no clipping on them)."""
-    objectives = [q.objective for q in seqs]
-    if all(o == "pg" for o in objectives):
-        return loss_BT, clipped_BT
-    dev = logp_BT.device
-    luffy_B1 = torch.tensor([o == "luffy" for o in objectives], device=dev).unsqueeze(-1)
-    sft_B1 = torch.tensor([o == "sft" for o in objectives], device=dev).unsqueeze(-1)
-    # LUFFY (Yan et al., 2025): f(pi) = pi / (pi + gamma), behavior prob taken as 1, no clip.
-    prob_BT = torch.exp(logp_BT)
-    luffy_BT = -adv_B.unsqueeze(-1) * prob_BT / (prob_BT + s.luffy_gamma)
-    loss_BT = torch.where(luffy_B1, luffy_BT, loss_BT)
-    loss_BT = torch.where(sft_B1, -logp_BT, loss_BT)
-    return loss_BT, clipped_BT & ~(luffy_B1 | sft_B1)
-
-
 def _micro_loss(
     model: torch.nn.Module,
     seqs: Sequence[TrainSequence],
@@ -111,6 +131,7 @@ def _micro_loss(
     pad_id: int,
     ref_model: torch.nn.Module | None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The forward pass of one micro-batch, its tensors, and the objective on them."""
     prompts, responses = [q.prompt_ids for q in seqs], [q.response_ids for q in seqs]
 
     def logprobs(m: torch.nn.Module) -> torch.Tensor:
@@ -132,65 +153,61 @@ def _micro_loss(
     for b, q in enumerate(seqs):
         old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)
     old_BT = old_BT.to(dev)
-    adv_B = torch.tensor([q.advantage for q in seqs], dtype=logp_BT.dtype, device=dev)
-    weight_B = torch.tensor([q.weight for q in seqs], dtype=logp_BT.dtype, device=dev)
-    if s.ratio == "sequence":
-        loss_BT, clipped_BT = sequence_ratio_surrogate(
-            logp_BT, old_BT, adv_B, mask_BT, clip_low=s.clip_low, clip_high=s.clip_high
-        )
-    else:
-        loss_BT, clipped_BT = clipped_surrogate(
-            logp_BT,
-            old_BT,
-            adv_B,
-            clip_low=s.clip_low,
-            clip_high=s.clip_high,
-            dual_clip=s.dual_clip,
-        )
-    loss_BT, clipped_BT = _other_objectives(seqs, logp_BT, adv_B, loss_BT, clipped_BT, s)
-    loss_BT = loss_BT * weight_B.unsqueeze(-1)
-    kl_BT = torch.zeros_like(loss_BT)
+    luffy_B = sft_B = ref_BT = None
+    if any(q.objective != "pg" for q in seqs):  # the baselines' rows
+        luffy_B = torch.tensor([q.objective == "luffy" for q in seqs], device=dev)
+        sft_B = torch.tensor([q.objective == "sft" for q in seqs], device=dev)
     if ref_model is not None and s.kl_coef > 0:
         with torch.no_grad():
             ref_BT = logprobs(ref_model)
-        kl_BT = kl_k3(logp_BT, ref_BT)
-        loss_BT = loss_BT + s.kl_coef * kl_BT
-    coef_BT = coef_B.to(device=dev, dtype=loss_BT.dtype).unsqueeze(-1) * mask_BT
-    loss = (loss_BT * coef_BT).sum()
-    with torch.no_grad():
-        ratio_BT = torch.exp(logp_BT - old_BT)
-        peer_B1 = torch.tensor([q.is_peer for q in seqs], device=dev).unsqueeze(-1)
-        stats = {
-            "tokens": mask_BT.sum(),
-            "peer_tokens": (mask_BT & peer_B1).sum(),
-            "clipped": (clipped_BT & mask_BT & ~peer_B1).sum(),
-            "peer_clipped": (clipped_BT & mask_BT & peer_B1).sum(),
-            "ratio_sum": (ratio_BT * mask_BT).sum(),
-            "ratio_max": ratio_BT.masked_fill(~mask_BT, 0).max(),
-            "kl_sum": (kl_BT * mask_BT).sum(),
-            "loss": loss.detach(),
-        }
-    return loss, stats
+    terms = graft_objective(
+        logp_BT,
+        old_BT,
+        torch.tensor([q.advantage for q in seqs], dtype=logp_BT.dtype, device=dev),
+        torch.tensor([q.weight for q in seqs], dtype=logp_BT.dtype, device=dev),
+        mask_BT,
+        coef_B,
+        clip_low=s.clip_low,
+        clip_high=s.clip_high,
+        dual_clip=s.dual_clip,
+        ratio=s.ratio,
+        luffy_B=luffy_B,
+        sft_B=sft_B,
+        luffy_gamma=s.luffy_gamma,
+        ref_logp_BT=ref_BT,
+        kl_coef=s.kl_coef,
+    )
+    return terms.loss, _micro_stats(terms, mask_BT, seqs)
+
+
+@torch.no_grad()
+def _micro_stats(
+    terms: ObjectiveTerms, mask_BT: torch.Tensor, seqs: Sequence[TrainSequence]
+) -> dict[str, torch.Tensor]:
+    """A micro-batch's sums for the update's metrics (self and peer tokens apart)."""
+    peer_B1 = torch.tensor([q.is_peer for q in seqs], device=mask_BT.device).unsqueeze(-1)
+    clipped_BT, ratio_BT = terms.clipped_BT & mask_BT, terms.ratio_BT
+    return {
+        "tokens": mask_BT.sum(),
+        "peer_tokens": (mask_BT & peer_B1).sum(),
+        "clipped": (clipped_BT & ~peer_B1).sum(),
+        "peer_clipped": (clipped_BT & peer_B1).sum(),
+        "ratio_sum": (ratio_BT * mask_BT).sum(),
+        "ratio_max": ratio_BT.masked_fill(~mask_BT, 0).max(),
+        "kl_sum": (terms.kl_BT * mask_BT).sum(),
+        "loss": terms.loss.detach(),
+    }
 
 
 def sequence_coefficients(sequences: Sequence[TrainSequence], s: UpdateSettings) -> torch.Tensor:
-    """Each sequence's per-token loss coefficient over the whole minibatch.
-
-    Policy-gradient (and LUFFY) tokens share the configured reduction; the SGT baseline's
-    supervised tokens are averaged among themselves and never enter the policy-gradient
-    denominator.
-    """
-    coef_B = torch.zeros(len(sequences), dtype=torch.float64)
-    pg = [i for i, q in enumerate(sequences) if q.objective != "sft"]
-    sft = [i for i, q in enumerate(sequences) if q.objective == "sft"]
-    if pg:
-        lengths = torch.tensor([sequences[i].num_tokens for i in pg])
-        mask_BT = torch.arange(int(lengths.max())).unsqueeze(0) < lengths.unsqueeze(-1)
-        coef = token_coefficients(mask_BT, mode=s.loss_agg, constant=s.loss_constant)[:, 0]
-        coef_B[pg] = coef
-    if sft:
-        coef_B[sft] = 1.0 / sum(sequences[i].num_tokens for i in sft)
-    return coef_B
+    """Each sequence's per-token loss coefficient over the whole minibatch (see
+    `graft.loss.loss_coefficients`; supervised rows apart)."""
+    return loss_coefficients(
+        torch.tensor([q.num_tokens for q in sequences], dtype=torch.long),
+        torch.tensor([q.objective == "sft" for q in sequences], dtype=torch.bool),
+        mode=s.loss_agg,
+        constant=s.loss_constant,
+    )
 
 
 def _zero_gradient(q: TrainSequence, s: UpdateSettings) -> bool:
