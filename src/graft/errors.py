@@ -9,8 +9,11 @@ class DataError(ValueError):
     """Bad or missing task data; the message names the file, row or column."""
 
 
+class PolicyWorkerError(RuntimeError):
+    """A policy's worker process (or Ray actor) failed or died; the message names the policy."""
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
-    from graft.backends.processes import PolicyWorkerError
     from graft.models.load import ModelLoadError
 
     return (ConfigError, DataError, ModelLoadError, FileNotFoundError, PolicyWorkerError)

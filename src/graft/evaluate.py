@@ -9,35 +9,21 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import comb
-from typing import Any, Protocol
+from typing import Any
 
 from tqdm.auto import tqdm
 
+from graft.backends.base import Generator
 from graft.rollout import SamplingParams
 from graft.seeds import derive_seed
 from graft.suites import Suite
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import verdict_counts
-from graft.types import Problem, Rollout, Verdict
-
-
-class Generator(Protocol):
-    """Anything that samples n responses per problem for named policies (a backend, a test fake)."""
-
-    names: tuple[str, ...]
-
-    def generate(
-        self,
-        problems: Sequence[Problem],
-        *,
-        n: int,
-        params: SamplingParams,
-        seeds: Mapping[str, int],
-    ) -> dict[str, list[Rollout]]: ...
+from graft.types import Problem, Verdict
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

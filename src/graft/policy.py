@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 from graft.config import AlgoConfig, Config, ConfigError, ModelConfig, RolloutConfig
 from graft.errors import DataError
 from graft.modeling import score_sequences
-from graft.models import load_model_and_tokenizer, model_fingerprint
-from graft.models.load import state_fingerprint
+from graft.models.common import model_fingerprint, state_fingerprint
+from graft.models.load import load_model_and_tokenizer
 from graft.models.lora import (
     AdapterOff,
     LoRAError,

@@ -13,18 +13,14 @@ import multiprocessing
 import pickle
 import signal
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from graft.backends import Then
-from graft.backends.remote import Answers, RemoteBackend
+from graft.backends.base import Answers, Backend, Calls, T, Then, answer, keep
+from graft.errors import PolicyWorkerError
 from graft.policy import Policy, PolicySpec
 from graft.procutil import die_with_parent
-
-
-class PolicyWorkerError(RuntimeError):
-    """A policy's worker process failed or died; the message names the policy."""
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -54,14 +50,13 @@ def _serve(conn: Connection, spec: PolicySpec) -> None:
             return
         if message is None:
             return
-        method, args, kwargs = message
         try:
-            conn.send(("ok", getattr(policy, method)(*args, **kwargs)))
+            conn.send(("ok", answer(policy, message)))
         except BaseException as exc:
             conn.send(("error", _portable(exc)))
 
 
-class ProcessBackend(RemoteBackend):
+class ProcessBackend(Backend):
     def __init__(self, specs: Sequence[PolicySpec], *, start_method: str = "spawn") -> None:
         ctx = multiprocessing.get_context(start_method)
         self.names = tuple(s.model.name for s in specs)
@@ -79,12 +74,12 @@ class ProcessBackend(RemoteBackend):
             child.close()
             self._conns[spec.model.name], self._procs[spec.model.name] = parent, proc
         try:
-            self._gather(self.names)
+            self._gather(self.names, keep)
         except BaseException:
             self.close()
             raise
 
-    def _gather(self, names: Sequence[str], then: Then | None = None) -> dict[str, Any]:
+    def _gather(self, names: Sequence[str], then: Then[Any, T]) -> dict[str, T]:
         """Receive one answer from each named worker, in arrival order (see `Answers`)."""
         answers = Answers(then)
         pending = {self._conns[name]: name for name in names}
@@ -108,12 +103,12 @@ class ProcessBackend(RemoteBackend):
                     answers.error(value)
         return answers.result(names)
 
-    def _call(
-        self, calls: Mapping[str, tuple[str, tuple, dict]], then: Then | None = None
-    ) -> dict[str, Any]:
-        for name, (method, args, kwargs) in calls.items():
+    def _call(self, calls: Calls, then: Then[Any, T]) -> dict[str, T]:
+        """Send every call before receiving any answer, so that the workers compute in parallel;
+        take the answers in arrival order (see `Answers`)."""
+        for name, call in calls.items():
             try:
-                self._conns[name].send((method, args, kwargs))
+                self._conns[name].send(call)
             except (BrokenPipeError, OSError) as exc:
                 raise PolicyWorkerError(f"policy {name!r}: its worker process is gone") from exc
         return self._gather(list(calls), then)

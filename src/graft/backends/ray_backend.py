@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from graft.backends import Then
-from graft.backends.processes import PolicyWorkerError
-from graft.backends.remote import Answers, RemoteBackend
+from graft.backends.base import Answers, Backend, Call, Calls, T, Then, answer
 from graft.configlib import ConfigError
+from graft.errors import PolicyWorkerError
 from graft.policy import Policy, PolicySpec
 
 
@@ -35,11 +34,8 @@ class PolicyActor:
     def __init__(self, spec: PolicySpec) -> None:
         self.policy = Policy(spec)
 
-    def pid(self) -> int:
-        return os.getpid()
-
-    def call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        return getattr(self.policy, method)(*args, **kwargs)
+    def call(self, call: Call) -> Any:
+        return answer(self.policy, call)
 
 
 def _check_local_cpus(specs: Sequence[PolicySpec], cpus: Sequence[float]) -> None:
@@ -55,7 +51,7 @@ def _check_local_cpus(specs: Sequence[PolicySpec], cpus: Sequence[float]) -> Non
         )
 
 
-class RayBackend(RemoteBackend):
+class RayBackend(Backend):
     def __init__(self, specs: Sequence[PolicySpec], *, strategy: str = "none") -> None:
         options = [self._resources(s) for s in specs]
         if not os.environ.get("RAY_ADDRESS"):
@@ -84,7 +80,11 @@ class RayBackend(RemoteBackend):
         self.actors = {
             s.model.name: remote.options(name=None, **o).remote(s) for s, o in zip(specs, options)
         }
-        self.pids = self._call({name: ("__pid__", (), {}) for name in self.names})
+        try:  # wait until every actor has built its policy, so that a failure shows here
+            self.describe()
+        except BaseException:
+            self.close()
+            raise
 
     @staticmethod
     def _resources(spec: PolicySpec) -> dict[str, Any]:
@@ -93,20 +93,10 @@ class RayBackend(RemoteBackend):
             "num_gpus": spec.model.num_gpus,
         }
 
-    def _call(
-        self, calls: Mapping[str, tuple[str, tuple, dict]], then: Then | None = None
-    ) -> dict[str, Any]:
+    def _call(self, calls: Calls, then: Then[Any, T]) -> dict[str, T]:
         """Start every call before waiting on any, so the actors work in parallel; take the
         answers in arrival order (see `Answers`)."""
-        names = {}
-        for name, (method, args, kwargs) in calls.items():
-            actor = self.actors[name]
-            ref = (
-                actor.pid.remote()
-                if method == "__pid__"
-                else actor.call.remote(method, args, kwargs)
-            )
-            names[ref] = name
+        names = {self.actors[name].call.remote(call): name for name, call in calls.items()}
         answers, pending = Answers(then), list(names)
         while pending:
             ready, pending = self.ray.wait(pending, num_returns=1)

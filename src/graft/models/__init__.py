@@ -1,11 +1,7 @@
 """Models: loading policies from a `ModelConfig`, and tiny CPU models built locally."""
 
-from graft.models.load import (
-    ModelLoadError,
-    load_model_and_tokenizer,
-    model_fingerprint,
-    quiet_transformers,
-)
+from graft.models.common import model_fingerprint, quiet_transformers
+from graft.models.load import ModelLoadError, load_model_and_tokenizer
 from graft.models.tiny import (
     TINY_PRESETS,
     TinySpec,

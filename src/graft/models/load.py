@@ -10,16 +10,14 @@ whose one-line message names the config key, the path and the cause.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import torch
-import transformers
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -29,14 +27,9 @@ from transformers import (
 )
 
 from graft.config import ModelConfig
+from graft.models.common import quiet_transformers
 
-__all__ = [
-    "ModelLoadError",
-    "load_model_and_tokenizer",
-    "model_fingerprint",
-    "quiet_transformers",
-    "state_fingerprint",
-]
+__all__ = ["ModelLoadError", "load_model_and_tokenizer"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -57,16 +50,6 @@ class _Source:
     """The path as the config spells it, for messages."""
 
 
-def quiet_transformers() -> None:
-    """Silence transformers' and the hub's loading progress bars and warnings."""
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    with contextlib.suppress(Exception):
-        import huggingface_hub.utils
-
-        huggingface_hub.utils.disable_progress_bars()
-
-
 def _offline() -> bool:
     # Read the environment at call time (the hub library reads it once, at import).
     flags = (os.environ.get(v, "") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
@@ -85,7 +68,7 @@ def _resolve(path: str, key: str, cache_dir: Path | None) -> _Source:
         f"{key}: cannot load {'tokenizer' if key.endswith('tokenizer') else 'model'} from {path!r}"
     )
     if path.startswith("tiny:"):
-        from graft.models.tiny import build_tiny  # tiny imports this module
+        from graft.models.tiny import build_tiny  # only for tiny: paths
 
         try:
             built = build_tiny(path, cache_dir=cache_dir)
@@ -304,18 +287,3 @@ def load_model_and_tokenizer(
         ) from e
     model.eval()  # no dropout: rollouts and the RL update both run the deterministic network
     return model, tokenizer
-
-
-def model_fingerprint(model: torch.nn.Module) -> str:
-    """Short content hash of the state dict (names, dtypes, shapes, values), for provenance."""
-    return state_fingerprint(model.state_dict())
-
-
-def state_fingerprint(state: Mapping[str, torch.Tensor]) -> str:
-    """Short content hash of named tensors (names, dtypes, shapes, values)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(state.items()):
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]

@@ -48,7 +48,7 @@ from transformers import (
 )
 
 from graft.config import ArithmeticConfig
-from graft.models.load import model_fingerprint, quiet_transformers
+from graft.models.common import model_fingerprint, quiet_transformers
 from graft.models.tiny_tokenizers import MAX_POSITIONS, bpe_tokenizer, char_tokenizer
 from graft.tasks.arithmetic import ArithmeticTask
 from graft.types import Problem
