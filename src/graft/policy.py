@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from graft.config import AlgoConfig, Config, ConfigError, ModelConfig, RolloutConfig
+from graft.config import AlgoConfig, ConfigError, ModelConfig, RolloutConfig
 from graft.errors import DataError
 from graft.modeling import score_sequences
 from graft.models.common import model_fingerprint, state_fingerprint
@@ -66,28 +66,6 @@ class PolicySpec:
         if self.update is not None:
             return self.update
         return UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
-
-
-def policy_specs(cfg: Config) -> list[PolicySpec]:
-    """One spec per model of a training config, with its share of the cores."""
-    from graft.backends import resolve_backend  # the backends import this module
-
-    cores = os.cpu_count() or 1
-    # Policies that run one after the other each get every core; parallel ones share them.
-    serial = resolve_backend(cfg.run.backend, len(cfg.models)) == "inprocess"
-    threads = cfg.run.threads or (cores if serial else max(1, cores // len(cfg.models)))
-    return [
-        PolicySpec(
-            model=m,
-            rollout=cfg.rollout,
-            algo=cfg.algo,
-            seed=cfg.run.seed,
-            threads=threads,
-            index=i,
-            update=UpdateSettings.from_config(cfg.algo, cfg.rollout, m.optim, cfg.exchange),
-        )
-        for i, m in enumerate(cfg.models)
-    ]
 
 
 class Policy:

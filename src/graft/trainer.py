@@ -17,13 +17,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from graft.backends import Backend, make_backend
+from graft.backends import Backend, make_backend, policy_specs
 from graft.config import Config, ConfigError, Plan, make_plan
 from graft.errors import DataError
 from graft.evaluate import evaluate_once
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
 from graft.groups import group_metrics, make_groups
-from graft.policy import policy_specs
 from graft.recorder import Recorder
 from graft.rollout import SamplingParams
 from graft.rundir import (

@@ -11,15 +11,23 @@ the backend methods; the transports differ only in how they carry out a batch of
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from graft.backends.base import Backend, Generator, Then
+from graft.config import Config
+from graft.policy import PolicySpec
+from graft.update import UpdateSettings
 
-if TYPE_CHECKING:
-    from graft.policy import PolicySpec
-
-__all__ = ["BACKENDS", "Backend", "Generator", "Then", "make_backend", "resolve_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "Generator",
+    "Then",
+    "make_backend",
+    "policy_specs",
+    "resolve_backend",
+]
 
 BACKENDS = ("inprocess", "processes", "ray")
 
@@ -49,3 +57,23 @@ def make_backend(
 
         return RayBackend(specs, strategy=ray_strategy)
     raise ValueError(f"unknown run.backend {kind!r}; known: auto, {', '.join(BACKENDS)}")
+
+
+def policy_specs(cfg: Config) -> list[PolicySpec]:
+    """One spec per model of a training config, with its share of the cores."""
+    cores = os.cpu_count() or 1
+    # Policies that run one after the other each get every core; parallel ones share them.
+    serial = resolve_backend(cfg.run.backend, len(cfg.models)) == "inprocess"
+    threads = cfg.run.threads or (cores if serial else max(1, cores // len(cfg.models)))
+    return [
+        PolicySpec(
+            model=m,
+            rollout=cfg.rollout,
+            algo=cfg.algo,
+            seed=cfg.run.seed,
+            threads=threads,
+            index=i,
+            update=UpdateSettings.from_config(cfg.algo, cfg.rollout, m.optim, cfg.exchange),
+        )
+        for i, m in enumerate(cfg.models)
+    ]
