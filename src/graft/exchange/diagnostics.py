@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from graft.config import ExchangeConfig
 from graft.exchange.records import Direction, DirectionResult
-from graft.exchange.weight import compatibility, own_mean_logprob
+from graft.exchange.weight import compatibility, own_means
 from graft.types import Group
 
 
@@ -117,11 +117,12 @@ def what_if_admission(d: Direction, cfg: ExchangeConfig) -> dict[str, float]:
     that the configured one starves. Pure arithmetic on the same records; changes no weight."""
     out = {f"admit_if/{m}/{k}": 0.0 for m in WHAT_IF_SCORES for k in ("correct", "wrong")}
     eos = cfg.eos_in_score
+    own = own_means(d, eos_in_score=eos)
     for req, imp in zip(d.requests, d.imported, strict=True):
         if imp.drop:
             continue
         group = d.source[req.prompt_index]
-        own_mean = own_mean_logprob(d.receiver[req.prompt_index], eos_in_score=eos)
+        own_mean = own[req.prompt_index]
         label = "correct" if group.verdicts_G[req.member].correct else "wrong"
         src = group.rollout.completions_G[req.member]
         for mode in WHAT_IF_SCORES:

@@ -66,17 +66,29 @@ def own_mean_logprob(group: Group, *, eos_in_score: bool) -> float:
     ) / len(own)
 
 
+def own_means(d: Direction, *, eos_in_score: bool) -> dict[int, float]:
+    """`own_mean_logprob` of the receiver on every prompt the direction sends responses for."""
+    prompts = dict.fromkeys(req.prompt_index for req in d.requests)
+    return {i: own_mean_logprob(d.receiver[i], eos_in_score=eos_in_score) for i in prompts}
+
+
 def compatibility_scores(d: Direction, *, mode: str, eos_in_score: bool) -> list[float]:
     """s of every peer response of one direction (NaN for one that could not be imported)."""
+    own = own_means(d, eos_in_score=eos_in_score)
     out = []
     for req, imp in zip(d.requests, d.imported, strict=True):
         if imp.drop:
             out.append(float("nan"))
             continue
         src = d.source[req.prompt_index].rollout.completions_G[req.member]
-        own = own_mean_logprob(d.receiver[req.prompt_index], eos_in_score=eos_in_score)
         out.append(
-            compatibility(src, imp, mode=mode, eos_in_score=eos_in_score, receiver_own_mean=own)
+            compatibility(
+                src,
+                imp,
+                mode=mode,
+                eos_in_score=eos_in_score,
+                receiver_own_mean=own[req.prompt_index],
+            )
         )
     return out
 
