@@ -118,6 +118,7 @@ class Trainer:
         self.prefix = {name: policy_prefix(name, several=several) for name in self.names}
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
+        self._verify_spans: list[tuple[float, float]] = []  # (start, end) per policy, this step
 
     def _check_golds(self) -> None:
         """Refuse data whose golds the verifier mostly cannot parse; report and leave out (train)
@@ -136,26 +137,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict[str, float]:
-        cfg, n = self.cfg, self.plan.group_size
+        """rollout -> verify -> group -> exchange -> update -> store, for every policy at once."""
         problems = prompt_batch(
-            self.train_problems, step=step, batch_size=self.plan.prompts_per_step, seed=cfg.run.seed
+            self.train_problems,
+            step=step,
+            batch_size=self.plan.prompts_per_step,
+            seed=self.cfg.run.seed,
         )
-        spans: list[tuple[float, float]] = []  # (start, end) of verifying each policy's rollouts
-
-        def verified(name: str, rollouts: list[Rollout]) -> list[Group]:
-            # runs on each policy's rollouts as they arrive, while the others still sample
-            start = time.perf_counter()
-            verdicts = verify_rollouts(self.pool, self.verifier, rollouts)
-            groups = make_groups(rollouts, verdicts, mode=cfg.algo.advantage, eps=cfg.algo.adv_eps)
-            spans.append((start, time.perf_counter()))
-            return groups
-
+        self._verify_spans = []
         t0 = time.perf_counter()
-        groups: dict[str, list[Group]] = self.backend.generate(
-            problems, n=n, params=self.sampling, seeds=self._seeds(step, "rollout"), then=verified
+        groups = self.backend.generate(  # each policy's groups, verified as they arrive
+            problems,
+            n=self.plan.group_size,
+            params=self.sampling,
+            seeds=self._seeds(step, "rollout"),
+            then=self._verify_and_group,
         )
-        t1, t2 = max(a for a, _ in spans), time.perf_counter()  # t1: the last rollouts are in
-        outcome = self.exchange(step, groups)
+        t1, t2 = max(a for a, _ in self._verify_spans), time.perf_counter()
+        outcome = self._exchange(step, groups)
         t3 = time.perf_counter()
         stats = self.backend.train(outcome.batches, seeds=self._seeds(step, "update"))
         t4 = time.perf_counter()
@@ -163,11 +162,20 @@ class Trainer:
             self.recorder.record(step, groups, outcome.replaced)
         metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
         metrics.update(outcome.metrics)
-        metrics["time/verify_busy_s"] = sum(b - a for a, b in spans)
+        metrics["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
         metrics["time/store_s"] = time.perf_counter() - t4
         return metrics
 
-    def exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
+    def _verify_and_group(self, name: str, rollouts: list[Rollout]) -> tuple[Group, ...]:
+        """One policy's rollouts, verified and grouped with their advantages; runs in the driver
+        as soon as they arrive, while the other policies still sample."""
+        start, algo = time.perf_counter(), self.cfg.algo
+        verdicts = verify_rollouts(self.pool, self.verifier, rollouts)
+        groups = make_groups(rollouts, verdicts, mode=algo.advantage, eps=algo.adv_eps)
+        self._verify_spans.append((start, time.perf_counter()))
+        return groups
+
+    def _exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
         """GRAFT: online between co-training policies, or from a stored peer; else plain GRPO."""
         algo = self.cfg.algo
         outcome = exchange(
