@@ -13,6 +13,7 @@ from graft.demo_report import run_demo
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the whole default demo: 8 runs of 60 steps, about 14 minutes here
 def test_default_demo_exchanges_both_ways_in_the_latent_regime(tmp_path):
     results = run_demo(tmp_path, DemoSettings.make())
     latent = results["regimes"]["latent"]["compare"]["policies"]
