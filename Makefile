@@ -1,21 +1,37 @@
-# Two entry points, each creating or reusing .venv and installing the pinned dependencies:
-#   make demo   - set up and run the main job on the CPU
-#   make test   - set up and run the test suite (slow tests excluded; see `make test-slow`)
+# Entry points, each creating or reusing its virtual environment and installing the dependencies
+# at the exact versions of a constraints file (torch is pinned there, always: an unpinned torch
+# would pull a multi-GB CUDA build):
+#   make demo       - set up .venv (constraints.txt: the tested newest versions) and run the main
+#                     job on the CPU
+#   make test       - set up .venv and run the test suite (slow tests excluded; see `make test-slow`)
+#   make test-min   - set up .venv-min with the lowest versions pyproject.toml allows
+#                     (constraints-min.txt; torch stays 2.13.0) and run the same fast suite there
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+VENV_MIN ?= .venv-min
+PY_MIN := $(VENV_MIN)/bin/python
+STAMP_MIN := $(VENV_MIN)/.installed
+# The packages whose installed versions `make test-min` prints before it runs the suite.
+KEY_PACKAGES := torch|transformers|tokenizers|safetensors|huggingface.hub|math.verify|pyarrow|numpy|tqdm|matplotlib|pyyaml|pytest|pytest.timeout|ruff|gguf|ray|datasets|peft
 
-.PHONY: demo test test-slow test-all lint format clean setup
+.PHONY: demo test test-slow test-all test-min lint format clean setup
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
+
+$(STAMP_MIN): pyproject.toml constraints-min.txt
+	test -x $(PY_MIN) || $(PYTHON) -m venv $(VENV_MIN)
+	$(PY_MIN) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
+	$(PY_MIN) -m pip install --quiet -c constraints-min.txt -e ".[dev]"
+	touch $(STAMP_MIN)
 
 demo: $(STAMP)
 	$(VENV)/bin/graft demo
@@ -29,13 +45,18 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -m "not gpu" -q
 
+test-min: $(STAMP_MIN)
+	@echo "lowest supported versions (constraints-min.txt):"
+	@$(PY_MIN) -m pip list --format=freeze 2>/dev/null | grep -iE '^($(KEY_PACKAGES))==' | sed 's/^/  /'
+	$(PY_MIN) -m pytest -m "not slow and not gpu" -q
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format src tests benchmarks
-	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks scripts
+	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache runs
+	rm -rf $(VENV) $(VENV_MIN) .cache .pytest_cache runs

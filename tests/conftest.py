@@ -65,3 +65,15 @@ def tiny_paths():
         "qwen2": str(build_tiny(small_tiny_spec("qwen2", "bpe", bpe_vocab_size=300))),
         "gpt2": str(build_tiny(small_tiny_spec("gpt2", "char"))),
     }
+
+
+@pytest.fixture
+def standin(monkeypatch, tmp_path):
+    """The vLLM engine runs on `vllm_standin` (CPU), with a private start-up lock."""
+    import vllm_standin
+    from graft.rollout import vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "load_vllm", lambda: vllm_standin)
+    monkeypatch.setenv(vllm_engine.STARTUP_LOCK_ENV, str(tmp_path / "startup.lock"))
+    monkeypatch.setenv("TRITON_F32_DEFAULT", "")  # restored after the test; unset during it
+    monkeypatch.delenv("TRITON_F32_DEFAULT")

@@ -1,11 +1,19 @@
 """Faults never lose data: a refused re-run, a failed resume, damaged checkpoints, shards and
-metrics lines, a full disk; and stored-peer advantages follow the run's advantage settings."""
+metrics lines, a full disk (under the checkpoints or the store), Ctrl-C, a NaN step, a resume of a
+finished run, an export aimed at the store itself; and stored-peer advantages follow the run's
+advantage settings."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +24,7 @@ from graft.cli import main
 from graft.config import ExchangeConfig
 from graft.exchange import StoredPeer
 from graft.groups import group_advantages, make_groups
-from graft.rundir import checkpoint_problems, read_metrics
+from graft.rundir import checkpoint_problems, read_metrics, write_manifest
 from graft.store import Provenance, StoreWriter, group_rows
 from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Problem, Rollout, Verdict
@@ -99,6 +107,7 @@ def test_a_failed_resume_leaves_the_run_as_it_was(runs, capsys):
     from safetensors.torch import save_file
 
     save_file(weights, str(state), metadata={"format": "pt"})
+    write_manifest(state.parents[1])  # an intact checkpoint, but of another shape
     before = _tree(run)
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err.strip()
@@ -266,3 +275,206 @@ def test_a_full_disk_anywhere_else_names_the_path(runs, monkeypatch, capsys):
     assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no space left on device" in err and "summary.json" in err and "\n" not in err
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(runs, capsys):
+    """A resume of a run that already reached run.steps: one line, exit 0, not a byte changed
+    (summary.json keeps the run's final metrics)."""
+    run = runs["root"] / "finished"
+    shutil.copytree(runs["straight"], run)
+    before = _tree(run)
+    assert main(["train", "--resume", str(run)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"run {run} already finished at step 4; nothing to do"), out
+    assert "\n" not in out
+    assert _tree(run) == before
+    assert json.loads((run / "summary.json").read_text())  # the final metrics, not {}
+
+
+def test_an_export_aimed_at_the_store_itself_is_refused(runs, tmp_path, monkeypatch, capsys):
+    """`store export S --out S/store.json` would replace the store's manifest: refused in one line,
+    the store stays byte-identical and valid. A directory as --out, or an export that stops
+    half-way, leaves no temporary file behind."""
+    store = tmp_path / "store"
+    shutil.copytree(runs["straight"] / "trajectories", store)
+    before = _tree(store)
+    for target in (store / "store.json", store / "rows.jsonl", tmp_path):
+        assert main(["store", "export", str(store), "--out", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("graft: error: --out") and "\n" not in err, err
+    assert _tree(store) == before
+    assert main(["store", "validate", str(store)]) == 0
+    import graft.cli
+
+    def stops_half_way(table, out):
+        out.write("{}\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(graft.cli, "_write_rows", stops_half_way)
+    rows = tmp_path / "rows.jsonl"
+    assert main(["store", "export", str(store), "--out", str(rows)]) == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # no rows.jsonl(.tmp)
+    assert _tree(store) == before
+
+
+INTERRUPTIBLE = """
+import pathlib, sys, time
+import graft.trainer as trainer
+
+exchange = trainer.Trainer._exchange
+
+def waiting_exchange(self, step, groups):
+    if step == 2:  # mid-step 3: rolled out and verified, not trained on yet
+        pathlib.Path(sys.argv[1]).write_text("ready")
+        time.sleep(600)
+    return exchange(self, step, groups)
+
+trainer.Trainer._exchange = waiting_exchange
+from graft.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_mid_step_stops_in_one_line_and_resumes_exactly(runs, tmp_path, capsys):
+    """SIGINT to `graft train` in the middle of step 3: exit 130, one line saying where the run
+    stands, the checkpoint of step 2 intact; the resume ends with the uninterrupted run's
+    weights."""
+    run, ready = tmp_path / "interrupted", tmp_path / "ready"
+    sets = _sets(*SMALL, f"models.0.path={runs['model']}", "run.steps=4", "run.save_every=1")
+    command = [sys.executable, "-c", INTERRUPTIBLE, str(ready), "train", "--out", str(run), *sets]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run never reached step 3"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("graft:")]
+    assert lines == [
+        f"graft: interrupted at step 3 of 4; the last checkpoint (step 2) is intact; resume with "
+        f"graft train --resume {run}"
+    ], err
+    assert checkpoint_problems(run / "checkpoints" / "step_000002", ["policy"]) == []
+    assert [r["step"] for r in read_metrics(run)] == [1, 2]
+    assert main(["train", "--resume", str(run)]) == 0
+    a, b = _weights(runs["straight"], 4), _weights(run, 4)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4]
+
+
+def _poison_step(monkeypatch, bad_step: int) -> None:
+    """The update of step `bad_step` (0-based) meets a NaN loss and NaN gradients, as an
+    overflowing forward pass gives them."""
+    import graft.trainer
+    import graft.update
+
+    current = {"step": -1}
+    step, backward = graft.trainer.Trainer.step, graft.update.minibatch_backward
+
+    def tracking_step(self, s):
+        current["step"] = s
+        return step(self, s)
+
+    def poisoned(model, *args, **kwargs):
+        stats = backward(model, *args, **kwargs)
+        if current["step"] == bad_step:
+            stats["loss"] = float("nan")
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.fill_(float("nan"))
+        return stats
+
+    monkeypatch.setattr(graft.trainer.Trainer, "step", tracking_step)
+    monkeypatch.setattr(graft.update, "minibatch_backward", poisoned)
+
+
+def _all_finite(run: Path) -> bool:
+    files = list((run / "checkpoints").rglob("model.safetensors"))
+    assert files
+    return all(bool(torch.isfinite(t).all()) for f in files for t in load_file(str(f)).values())
+
+
+def test_a_nonfinite_step_stops_before_any_nan_checkpoint(runs, tmp_path, monkeypatch, capsys):
+    """lr=inf is refused before anything is created; a NaN loss/gradient at step 3 stops the run
+    before its optimizer step, in one line naming policy and step, with no checkpoint holding
+    non-finite weights; the resume then ends exactly as the uninterrupted run."""
+    out = tmp_path / "inf"
+    assert _train(out, runs["model"], "run.steps=4", "models.0.optim.lr=inf") == 2
+    assert "models.0.optim.lr" in capsys.readouterr().err and not out.exists()
+    run = tmp_path / "nan"
+    with monkeypatch.context() as patch:
+        _poison_step(patch, bad_step=2)
+        assert _train(run, runs["model"], "run.steps=4", "run.save_every=1") == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("graft: error: policy 'policy'"), err
+    assert "step 3" in err and "last checkpoint (step 2)" in err and "algo.nonfinite" in err
+    assert _all_finite(run)
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == [
+        "step_000001",
+        "step_000002",
+    ]
+    assert [r["step"] for r in read_metrics(run)] == [1, 2]
+    assert main(["train", "--resume", str(run)]) == 0
+    a, b = _weights(runs["straight"], 4), _weights(run, 4)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_nonfinite_step_can_be_skipped_and_counted(runs, tmp_path, monkeypatch):
+    run = tmp_path / "skip"
+    _poison_step(monkeypatch, bad_step=2)
+    assert _train(run, runs["model"], "run.steps=4", "algo.nonfinite=skip") == 0
+    skipped = [r["optim/nonfinite_steps"] for r in read_metrics(run)]
+    assert skipped == [0.0, 0.0, 2.0, 0.0]  # both minibatches of step 3
+    assert _all_finite(run)
+    assert all(math.isfinite(r["grad_norm"]) for r in read_metrics(run))
+
+
+class _FullDisk:
+    """The store writer's filesystem with a full disk under `shards/`: every write there fails
+    with ENOSPC (the rest of the store, and reads, go through)."""
+
+    def __init__(self, fs) -> None:
+        self._fs = fs
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def open_output_stream(self, path, *args, **kwargs):
+        if "/shards/" in path:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return self._fs.open_output_stream(path, *args, **kwargs)
+
+
+def test_a_full_disk_under_the_store_ends_in_one_line_and_loses_nothing(runs, monkeypatch, capsys):
+    """The store's disk fills up during step 4: one line naming the store, no checkpoint of a
+    step whose rows are missing, the earlier shards and checkpoints byte-identical; once there
+    is space, the resume ends with the uninterrupted run's weights and a valid store."""
+    import graft.store.writer as writer
+
+    run = runs["root"] / "store_full"
+    shutil.copytree(runs["split"], run)
+    shards = lambda: {k: v for k, v in _tree(run / "trajectories").items() if "shards/" in k}  # noqa: E731
+    before, checkpoints = shards(), _tree(run / "checkpoints")
+    real = writer.open_filesystem
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            writer, "open_filesystem", lambda uri: (_FullDisk(real(uri)[0]), real(uri)[1])
+        )
+        assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no space left on device" in err and "trajectory store" in err, err
+    assert "--resume" in err
+    assert _tree(run / "checkpoints") == checkpoints
+    assert {k: v for k, v in shards().items() if not Path(k).name.startswith(".")} == before
+    assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 0
+    a, b = _weights(runs["straight"], 4), _weights(run, 4)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert main(["store", "validate", str(run / "trajectories")]) == 0

@@ -23,6 +23,7 @@ from graft.store import (
     TrajectoryStore,
     group_rows,
 )
+from graft.store.checksum import record_for, sidecar_rel
 from graft.types import Completion, Problem, Rollout, Verdict
 
 PROV = Provenance(
@@ -203,6 +204,17 @@ def test_bad_files_are_reported_by_name_and_the_rest_stays_readable(tmp_path, ca
     assert "step_00000099.parquet" in out and "notes.txt" in out
 
 
+def _commit(uri, rel, table):
+    """Write a shard and its checksum as a (possibly newer) graft would."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    data = sink.getvalue()
+    (uri / rel).write_bytes(data.to_pybytes())
+    record = record_for(data, shard_rel=rel, rows=table.num_rows)
+    (uri / sidecar_rel(rel)).parent.mkdir(parents=True, exist_ok=True)
+    (uri / sidecar_rel(rel)).write_text(json.dumps(record))
+
+
 def test_newer_schema_is_refused(tmp_path):
     uri = tmp_path / "store"
     _write(str(uri))
@@ -210,7 +222,7 @@ def test_newer_schema_is_refused(tmp_path):
     newer = table.replace_schema_metadata(
         {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"2"}
     )
-    pq.write_table(newer, uri / "shards" / "run=run-a" / "model=alpha" / "step_00000050.parquet")
+    _commit(uri, "shards/run=run-a/model=alpha/step_00000050.parquet", newer)
     store = TrajectoryStore(str(uri))
     with pytest.raises(StoreSchemaError, match=r"schema version 2.*up to 1"):
         store.scan()
@@ -233,3 +245,78 @@ def test_store_cli_info_and_export(tmp_path, capsys):
     lines = out_file.read_text().splitlines()
     assert len(lines) == 36 and json.loads(lines[0])["model"] == "alpha"
     assert main(["store", "validate", str(uri)]) == 0
+
+
+def _legacy(uri):
+    """The store as a graft from before checksums wrote it: no sidecars, store.json without them."""
+    meta = json.loads((uri / "store.json").read_text())
+    assert meta.pop("checksums") == "sha256"
+    (uri / "store.json").write_text(json.dumps(meta))
+    for sidecar in (uri / "checksums").rglob("*.json"):
+        sidecar.unlink()
+
+
+def test_every_shard_has_its_checksum_and_a_missing_one_is_damage(tmp_path, capsys):
+    uri = tmp_path / "store"
+    _write(str(uri))
+    sidecars = sorted((uri / "checksums").rglob("*.parquet.json"))
+    assert len(sidecars) == 3
+    record = json.loads(sidecars[0].read_text())
+    shard = uri / record["shard"]
+    assert record["bytes"] == shard.stat().st_size and record["rows"] == 12
+    sidecars[0].unlink()
+    store = TrajectoryStore(str(uri))
+    with pytest.raises(StoreError, match=r"step_00000000\.parquet: damaged shard .* is missing"):
+        store.scan()
+    sidecars[1].write_text("{not json")
+    report = TrajectoryStore(str(uri)).validate()
+    assert [p for p, _ in report.problems] == [
+        "shards/run=run-a/model=alpha/step_00000000.parquet",
+        "shards/run=run-a/model=alpha/step_00000001.parquet",
+    ]
+    assert "damaged checksum" in report.problems[1][1] and report.rows == 12
+    assert main(["store", "info", "--json", str(uri)]) == 1  # exactly like the plain table
+    assert json.loads(capsys.readouterr().out)["problems"]
+    assert main(["store", "info", str(uri)]) == 1
+
+
+def test_an_interrupted_write_leaves_a_sidecar_that_is_ignored(tmp_path):
+    uri = tmp_path / "store"
+    _write(str(uri))
+    shard = uri / "shards" / "run=run-a" / "model=alpha" / "step_00000002.parquet"
+    shard.rename(shard.with_name(".step_00000002.parquet.tmp"))  # killed before the rename
+    report = TrajectoryStore(str(uri)).validate()
+    assert report.ok and report.shards == 2
+    assert sorted(report.incomplete) == [
+        "checksums/run=run-a/model=alpha/step_00000002.parquet.json",
+        "shards/run=run-a/model=alpha/.step_00000002.parquet.tmp",
+    ]
+    writer = StoreWriter(str(uri), run_id="run-a", run_meta={})
+    assert writer.rollback(after_step=0) == 1  # step 1's shard; leftovers go too
+    writer.close()
+    assert sorted(p.name for p in uri.rglob("step_*")) == [
+        "step_00000000.parquet",
+        "step_00000000.parquet.json",
+    ]
+    assert not list(uri.rglob(".*.tmp"))
+
+
+def test_a_store_from_before_checksums_reads_as_unverified(tmp_path, capsys):
+    """Old stores stay readable; nothing claims their rows were proven. New shards appended to
+    one are verified."""
+    uri = tmp_path / "store"
+    _write(str(uri))
+    _legacy(uri)
+    store = TrajectoryStore(str(uri))
+    assert store.checksums is None and store.scan().num_rows == 36
+    assert len(store.unverified) == 3
+    report = TrajectoryStore(str(uri)).validate()
+    assert report.ok and len(report.unverified) == 3
+    assert main(["store", "validate", str(uri)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("unverified: shards/") == 3 and out.splitlines()[-1].startswith("unverified")
+    _write(str(uri), steps=(3,))
+    info = TrajectoryStore(str(uri)).info()
+    assert info["rows"] == 48 and len(info["unverified"]) == 3 and info["checksums"] is None
+    assert main(["store", "info", "--json", str(uri)]) == 0
+    assert len(json.loads(capsys.readouterr().out)["unverified"]) == 3

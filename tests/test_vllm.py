@@ -1,10 +1,11 @@
 """The vLLM engine (`rollout.engine=vllm`).
 
 On the CPU, through `vllm_standin` (a small stand-in for the part of vLLM 0.30's interface the
-engine uses, with vLLM's length check, prefix cache, log-prob modes and sleep mode): length
-derivation, setting validation, what the engine loads, finish reasons, the version check, and
-the order update -> weight sync -> prefix-cache reset. On a GPU (marked `gpu`, skipped without
-CUDA and vLLM): the same properties against vLLM itself; `scripts/gpu_check.sh` runs them.
+engine uses, with vLLM's length check, prefix cache, log-prob modes, KV-cache check, weight
+loading and process-wide sleep mode): length derivation, setting validation, what the engine
+loads, finish reasons, the version check, the order update -> weight sync -> prefix-cache reset
+(the engine's resources are in test_vllm_resources.py). On a GPU (marked `gpu`, skipped without
+CUDA and vLLM): the same properties against vLLM itself; `scripts/gpu_check.py` runs them.
 """
 
 import json
@@ -17,70 +18,11 @@ import torch
 
 import vllm_standin
 from conftest import small_tiny_spec
-from graft.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig
 from graft.configlib import ConfigError
 from graft.errors import DataError, user_errors
 from graft.models.tiny import build_tiny
-from graft.policy import Policy, PolicySpec
-from graft.rollout import SamplingParams, vllm_engine
-from graft.types import Problem, TrainGroup, TrainSequence
-
-PREFIX = "Add the two numbers below and answer with the digits of the sum only.\n"
-PROBLEMS = [Problem("12+34=", "46"), Problem("50+7=", "57"), Problem("99+99=", "198")]
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def standin(monkeypatch):
-    monkeypatch.setattr(vllm_engine, "load_vllm", lambda: vllm_standin)
-
-
-def _policy(path: str, engine: str = "vllm", dtype: str = "float32", **rollout) -> Policy:
-    return Policy(
-        PolicySpec(
-            model=ModelConfig(
-                name="p",
-                path=path,
-                dtype=dtype,
-                prompt_template=PREFIX + "{prompt}",
-                optim=OptimConfig(lr=1e-3),  # a large step, so stale weights would show
-            ),
-            rollout=RolloutConfig(engine=engine, **{"max_new_tokens": 8, **rollout}),
-            algo=AlgoConfig(micro_batch_size=64, minibatches=1),
-            seed=0,
-        )
-    )
-
-
-def _params(policy: Policy) -> SamplingParams:
-    r = policy.spec.rollout
-    return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
-
-
-def _worst_gap(policy: Policy, seed: int) -> tuple[float, list]:
-    """Largest |engine log-prob - the policy's own scoring| over a rollout batch."""
-    rollouts = policy.generate(PROBLEMS, n=6, params=_params(policy), seed=seed)
-    completions = [c for r in rollouts for c in r.completions_G]
-    prompts = [r.prompt_ids for r in rollouts for _ in r.completions_G]
-    scored = policy.score(prompts, [c.token_ids for c in completions])
-    worst = max(abs(a - b) for c, s in zip(completions, scored) for a, b in zip(c.logprobs, s))
-    return worst, rollouts
-
-
-def _train_step(policy: Policy, rollouts) -> dict[str, float]:
-    """One update on the rollouts (advantage +1 / -1 by row parity); the policy then syncs."""
-    groups = [
-        TrainGroup(
-            problem_id=r.problem.id,
-            sequences=tuple(
-                TrainSequence(r.prompt_ids, c.token_ids, c.logprobs, 1.0 if i % 2 else -1.0)
-                for i, c in enumerate(r.completions_G)
-            ),
-        )
-        for r in rollouts
-    ]
-    return policy.train(groups, seed=1)
-
+from graft.rollout import vllm_engine
+from vllm_helpers import PROBLEMS, ROOT, _params, _policy, _train_step, _worst_gap
 
 # ----------------------------------------------------------------------------- pure rules
 
@@ -151,8 +93,22 @@ def test_version_check_refuses_other_vllm_releases_in_one_line():
 
 
 def test_pinned_extra_matches_the_supported_series():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert f'vllm = ["vllm=={vllm_engine.VLLM_SERIES}.' in text
+    """The `vllm` extra admits every release of the supported series and nothing else."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        extra = tomllib.load(f)["project"]["optional-dependencies"]["vllm"]
+    (req,) = (Requirement(r) for r in extra)
+    assert req.name == "vllm"
+    series = vllm_engine.VLLM_SERIES
+    major, minor = (int(part) for part in series.split("."))
+    for inside in (f"{series}.0", f"{series}.1", f"{series}.9.post1"):
+        assert Version(inside) in req.specifier, f"{req} excludes {inside}"
+    for outside in (f"{major}.{minor - 1}.9", f"{major}.{minor + 1}.0", f"{major}.{minor}0.0"):
+        assert Version(outside) not in req.specifier, f"{req} admits {outside}"
 
 
 def test_start_up_refuses_a_mismatched_installed_vllm(monkeypatch):
@@ -281,9 +237,10 @@ def test_gguf_and_tiny_presets_reach_the_engine(standin, tmp_path):
         assert gap < 1e-4, path
         config = json.loads((Path(policy.engine.llm.model_arg) / "config.json").read_text())
         assert config["architectures"] == ["LlamaForCausalLM"]
+        policy.engine.close()  # one sleep-mode engine per process
 
 
-# ----------------------------------------------------------------------------- on a GPU
+# ----------------------------------------------------------------------------- resources
 
 
 @pytest.fixture

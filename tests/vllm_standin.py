@@ -11,16 +11,31 @@ reasons the real one would:
   full 16-token blocks of a prefix; here whole prompts).
 - `logprobs_mode`: "raw_logprobs" is log_softmax(logits) before temperature; "processed_logprobs"
   is taken after temperature and top-k / top-p (renormalized over the kept tokens).
-- `sleep(level=1)` / `wake_up(tags)`: sampling or loading weights while asleep is an error.
-- `apply_model(fn)` runs `fn` on the model, whose `load_weights` returns the names it loaded.
+- `sleep(level=1)` / `wake_up(tags)`: sampling or loading weights while asleep is an error. As in
+  vLLM, the memory of every sleep-mode engine of a process sits in one allocator (vLLM's
+  `CuMemAllocator` singleton): one engine's sleep puts all of them to sleep, and an engine that
+  still believes it is awake (vLLM's executor keeps its own sleeping tags) fails on its next use.
+- `kv_cache_memory_bytes`: as vLLM, start-up fails unless it holds one request of max_model_len
+  tokens (plus the block vLLM keeps back), at 2 x layers x KV heads x head_dim x dtype bytes a
+  token.
+- `apply_model(fn)` runs `fn` on the model, whose `load_weights` returns the names it loaded and,
+  as vLLM's default weight loader, checks shapes and `copy_`s each tensor into the parameter,
+  which casts it to the engine's dtype.
 - A request ends with "stop" on a stop token (kept in the output) or "length".
 
-Every call is appended to `LLM.calls`, so tests can check their order.
+Every call is appended to `LLM.calls`, so tests can check their order. `LLM.triton_f32_default`
+is TRITON_F32_DEFAULT as the engine's start-up found it (when vLLM compiles its Triton kernels).
+For tests of start-ups in several processes, with $VLLM_STANDIN_TRACE naming a file, each LLM
+appends "pid start end" to it: monotonic times from the start of its construction to the end of
+its first sleep; $VLLM_STANDIN_STARTUP_S makes its construction take that many seconds longer.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import time
+import weakref
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -30,6 +45,27 @@ from transformers import AutoConfig, AutoModelForCausalLM
 __version__ = "0.30.0"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_BLOCK = 16  # vLLM's KV-cache block on CUDA, in tokens
+
+
+class _CuMemAllocator:
+    """vLLM's sleep-mode allocator: one per process, holding every sleep-mode engine's memory;
+    sleep and wake-up act on all of it."""
+
+    def __init__(self) -> None:
+        self.engines: weakref.WeakSet[LLM] = weakref.WeakSet()
+
+    def sleep(self) -> None:
+        for engine in self.engines:
+            engine.unmapped = {"weights", "kv_cache"}
+            engine.prefix_cache.clear()  # the KV cache is discarded, every engine's
+
+    def wake_up(self, tags: list[str]) -> None:
+        for engine in self.engines:
+            engine.unmapped -= set(tags)
+
+
+ALLOCATOR = _CuMemAllocator()
 
 
 @dataclass
@@ -66,7 +102,12 @@ class _Model:
         params = dict(self.hf.named_parameters())
         loaded = set()
         for name, tensor in weights:
-            params[name].copy_(tensor)
+            param = params[name]
+            if param.size() != tensor.size():
+                raise AssertionError(
+                    f"Attempted to load weight ({tensor.size()}) into parameter ({param.size()})"
+                )
+            param.data.copy_(tensor)  # casts to the parameter's dtype
             loaded.add(name)
         return loaded
 
@@ -87,7 +128,11 @@ class LLM:
         enable_prefix_caching: bool | None = None,
         enable_sleep_mode: bool = False,
         logprobs_mode: str = "raw_logprobs",
+        kv_cache_memory_bytes: int | None = None,
     ) -> None:
+        self.started = time.monotonic()
+        self.triton_f32_default = os.environ.get("TRITON_F32_DEFAULT")
+        time.sleep(float(os.environ.get("VLLM_STANDIN_STARTUP_S", "0")))
         self.calls: list[str] = ["init"]
         self.model_arg, self.load_format = model, load_format
         config = AutoConfig.from_pretrained(model)
@@ -100,16 +145,41 @@ class LLM:
                 f"max_model_len ({derived})"
             )
         torch_dtype = _DTYPES.get(dtype, torch.float32)
+        self.max_model_len = max_model_len or derived
+        self.kv_cache_memory_bytes = kv_cache_memory_bytes
+        if kv_cache_memory_bytes is not None:
+            self._check_kv_cache(config, torch_dtype.itemsize, kv_cache_memory_bytes)
         if load_format == "dummy":
             self.hf = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
         else:
             self.hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
         self.hf.eval()
-        self.max_model_len = max_model_len or derived
         self.prefix_caching = enable_prefix_caching is not False
         self.sleep_mode, self.logprobs_mode = enable_sleep_mode, logprobs_mode
-        self.asleep: set[str] = set()
+        self.sleeping_tags: set[str] = set()  # what this engine's executor believes is asleep
+        self.unmapped: set[str] = set()  # what of its memory the allocator has unmapped
         self.prefix_cache: dict[tuple[int, ...], tuple] = {}
+        if self.sleep_mode:
+            ALLOCATOR.engines.add(self)
+
+    def _check_kv_cache(self, config, dtype_bytes: int, available: int) -> None:
+        text = config.get_text_config()
+        heads = text.num_attention_heads
+        kv_heads = getattr(text, "num_key_value_heads", None) or heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+        token = 2 * text.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+        needed = (-(-self.max_model_len // _BLOCK) + 1) * _BLOCK * token  # + the null block
+        if needed > available:
+            raise ValueError(
+                f"To serve at least one request with the model's max seq len "
+                f"({self.max_model_len}), ({needed / 2**30:.2f} GiB KV cache is needed, which is "
+                f"larger than the available KV cache memory ({available / 2**30:.2f} GiB)."
+            )
+
+    @property
+    def asleep(self) -> set[str]:
+        """The tags whose memory this engine cannot use now."""
+        return self.sleeping_tags | self.unmapped
 
     # ----------------------------------------------------------------- engine control
     def apply_model(self, fn):
@@ -127,13 +197,22 @@ class LLM:
         if not self.sleep_mode:
             raise ValueError("Sleep mode is not enabled")
         self.calls.append(f"sleep:{level}")
-        self.prefix_cache.clear()  # vLLM 0.30 clears it when the KV cache is freed
-        self.asleep = {"weights", "kv_cache"}
+        if self.sleeping_tags:
+            return  # vLLM: "Executor is already sleeping."
+        ALLOCATOR.sleep()  # also clears the prefix cache, as vLLM 0.30 does when it frees the KV
+        self.sleeping_tags = {"weights", "kv_cache"}
+        trace = os.environ.get("VLLM_STANDIN_TRACE")
+        if trace and self.calls.count(f"sleep:{level}") == 1:
+            with open(trace, "a") as f:
+                f.write(f"{os.getpid()} {self.started} {time.monotonic()}\n")
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         tags = tags or ["weights", "kv_cache"]
         self.calls.append("wake_up:" + ",".join(sorted(tags)))
-        self.asleep -= set(tags)
+        if not self.sleeping_tags or not set(tags) <= self.sleeping_tags:
+            return  # vLLM: "Executor is not sleeping." / "Tag ... is not in sleeping tags"
+        ALLOCATOR.wake_up(tags)
+        self.sleeping_tags -= set(tags)
 
     # ----------------------------------------------------------------- generation
     @torch.no_grad()

@@ -97,10 +97,10 @@ def _parser() -> argparse.ArgumentParser:
         help="where GRAFT helps and where its gate starves: two tiny models, two regimes, on CPU",
         description="Builds (or reuses) two tiny models that differ in architecture and tokenizer, "
         "pre-trained on complementary skills in two regimes (latent: the weak skill starts low; "
-        "cold: it starts near 1-2%%); runs GRPO, GRAFT with the paper's weight, GRAFT with the "
+        "cold: it starts near 1-2%); runs GRPO, GRAFT with the paper's weight, GRAFT with the "
         "receiver-relative score and stored-peer GRAFT with the same seeds and per-model budget; "
         "evaluates held-out accuracy per skill during training; reports each method minus GRPO "
-        "with 95%% intervals over seeds and the exchange regime; writes results.json, results.md "
+        "with 95% intervals over seeds and the exchange regime; writes results.json, results.md "
         "and curves.png. Finished runs are reused, so an interrupted demo or study resumes.",
     )
     demo.add_argument("--out", default="runs/demo", help="output directory (default: runs/demo)")
@@ -122,24 +122,36 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(config_path: str | None, overrides: Sequence[str], out: str | None = None):
+    """The config of `config_path` with `overrides`; `out` (a path, taken as it is, not parsed
+    as YAML) replaces run.out_dir."""
     from graft.config import Config, load_config
 
-    extra = [f"run.out_dir={out}"] if out else []
-    return load_config(Config, config_path, [*overrides, *extra])
+    cfg = load_config(Config, config_path, overrides)
+    return cfg if out is None else _with_out_dir(cfg, out)
+
+
+def _with_out_dir(cfg, out: str):
+    import dataclasses
+
+    if cfg.run.out_dir == out:
+        return cfg
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, out_dir=out))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from graft.configlib import ConfigError
-    from graft.rundir import move_aside, refuse_reuse, same_models
+    from graft.preflight import check_writable_dir, resolved
+    from graft.rundir import refuse_reuse, same_models
     from graft.trainer import train
 
-    if args.resume:
-        run_dir = Path(args.resume)
+    resume = args.resume is not None
+    if resume:
+        run_dir = resolved(args.resume, "--resume")
         for flag, given in (("a config file", args.config), ("--out", args.out)):
-            if given:
+            if given is not None:
                 raise ConfigError(
                     f"--resume {run_dir} reads the run's own config.yaml; do not pass {flag} "
-                    f"({given})"
+                    f"({given!r})"
                 )
         if args.overwrite:
             raise ConfigError("--resume continues a run and --overwrite moves it aside; pick one")
@@ -147,14 +159,24 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--resume {run_dir}: no config.yaml in that directory")
         cfg = _load(str(run_dir / "config.yaml"), args.overrides, str(run_dir))
         same_models(_load(str(run_dir / "config.yaml"), ()), cfg, run_dir)
+        check_writable_dir(run_dir, "--resume")
     else:
+        if args.out is not None and not args.out.strip():
+            raise ConfigError("--out: empty; name the run directory")
         cfg = _load(args.config, args.overrides, args.out)
-        run_dir = Path(cfg.run.out_dir)
+        key = "--out" if args.out is not None else "run.out_dir"
+        run_dir = resolved(cfg.run.out_dir, key)
+        cfg = _with_out_dir(cfg, str(run_dir))  # `~` expanded
         if not args.overwrite:
             refuse_reuse(run_dir)
-        elif (aside := move_aside(run_dir)) is not None:
-            print(f"moved the previous run in {run_dir} to {aside}", file=sys.stderr)
-    result = train(cfg, resume=bool(args.resume))
+        check_writable_dir(run_dir, key)
+    result = train(cfg, resume=resume, overwrite=args.overwrite)
+    if result.finished_before:
+        print(
+            f"run {run_dir} already finished at step {result.steps}; nothing to do "
+            f"(to train on, raise run.steps: --set run.steps=N)"
+        )
+        return 0
     _print_summary(result.run_dir, result.final_metrics)
     return 0
 
@@ -221,15 +243,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_store(args: argparse.Namespace) -> int:
     import json
 
+    from graft.preflight import replaced_atomically, resolved
     from graft.store import TrajectoryStore
 
+    if args.path.startswith("~"):  # a `~user` that does not resolve is named, not a traceback
+        args.path = str(resolved(args.path, "store path"))
     # info and validate list every damaged shard (and exit 1); export refuses to skip one
-    store = TrajectoryStore(args.path, strict=args.store_command == "export")
+    export = args.store_command == "export"
+    target = _export_target(args.path, args.out) if export else None  # before reading the store
+    store = TrajectoryStore(args.path, strict=export)
     if args.store_command == "info":
         info = store.info()
-        if args.json:
+        if args.json:  # the same exit status as the table: 1 when anything is damaged
             print(json.dumps(info, indent=2))
-            return 0
+            return 1 if info["problems"] else 0
         print(
             f"store {info['uri']}: {info['rows']} rows, {info['prompts']} prompts, "
             f"schema versions {info['schema_versions']}"
@@ -243,6 +270,11 @@ def cmd_store(args: argparse.Namespace) -> int:
             )
         for path, why in info["problems"]:
             print(f"  problem: {path}: {why}")
+        if info["unverified"]:
+            print(
+                f"  unverified: {len(info['unverified'])} shards have no checksum (written before "
+                f"graft recorded checksums); their rows are read but cannot be proven intact"
+            )
         if info["problems"]:
             print(
                 f"NOT OK: {len(info['problems'])} damaged or foreign files left out of the counts "
@@ -255,24 +287,48 @@ def cmd_store(args: argparse.Namespace) -> int:
             print(f"problem: {path}: {why}")
         for path in report.incomplete:
             print(f"ignored: {path}: an interrupted write (never read)")
+        for path in report.unverified:
+            print(f"unverified: {path}: no checksum (written before graft recorded checksums)")
+        status = "NOT OK" if not report.ok else "unverified" if report.unverified else "ok"
         print(
-            f"{'ok' if report.ok else 'NOT OK'}: {report.shards} readable shards, "
-            f"{report.rows} rows, {len(report.problems)} problem files"
+            f"{status}: {report.shards} readable shards, {report.rows} rows, "
+            f"{len(report.problems)} problem files, {len(report.unverified)} shards unverified"
         )
         return 0 if report.ok else 1
     table = store.scan(models=args.model)  # read whole before any output: all rows or none
-    tmp = Path(f"{args.out}.tmp") if args.out else None
-    out = tmp.open("w") if tmp else sys.stdout
-    try:
-        for batch in table.to_batches(max_chunksize=1024):
-            for row in batch.to_pylist():
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-    finally:
-        if tmp:
-            out.close()
-    if tmp:
-        os.replace(tmp, args.out)
+    if store.unverified:
+        print(
+            f"warning: {len(store.unverified)} shards have no checksum (unverified)",
+            file=sys.stderr,
+        )
+    if target is None:
+        _write_rows(table, sys.stdout)
+        return 0
+    with replaced_atomically(target) as tmp, tmp.open("w", encoding="utf-8") as out:
+        _write_rows(table, out)
     return 0
+
+
+def _export_target(store_path: str, out: str | None) -> Path | None:
+    """The file `graft store export --out` writes (None: standard output), checked before the
+    store is read: a writable file outside the store, never one of the store's own files."""
+    from graft.preflight import check_output_file, resolved
+
+    if out is None:
+        return None
+    target = resolved(out, "--out")
+    local = store_path[len("file://") :] if store_path.startswith("file://") else store_path
+    root = Path(local) if "://" not in local else None
+    check_output_file(target, "--out", not_inside=root)
+    return target
+
+
+def _write_rows(table, out) -> None:
+    import json
+
+    for batch in table.to_batches(max_chunksize=1024):
+        for row in batch.to_pylist():
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 COMMANDS = {
@@ -309,21 +365,38 @@ def _eval_cli():
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from graft.errors import user_errors
+    from graft.errors import RunStopped, user_errors
 
     try:
         return COMMANDS[args.command](args)
     except user_errors() as err:
         print(f"graft: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C: the trainer says where it stopped
+        print(f"graft: {' '.join(str(err).split()) or 'interrupted'}", file=sys.stderr)
+        return 130
     except OSError as err:
-        from graft.rundir import is_disk_full
+        return _os_error(err)
+    except RunStopped as err:
+        print(f"graft: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
 
-        if not is_disk_full(err):
-            raise
-        where = err.filename or " ".join(str(err).split())
+
+def _os_error(err: OSError) -> int:
+    """A full disk or a place we may not write to: one line naming the path; else re-raised."""
+    import errno
+
+    from graft.rundir import is_disk_full
+
+    where = err.filename or " ".join(str(err).split())
+    if is_disk_full(err):
         print(f"graft: error: no space left on device writing {where}", file=sys.stderr)
         return 2
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = "a read-only file system" if err.errno == errno.EROFS else "permission denied"
+        print(f"graft: error: cannot write {where}: {why}", file=sys.stderr)
+        return 2
+    raise err
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ def add_parser(sub: Any) -> None:
         description="Groups the runs by method (their config difference, or run.label) and seed, "
         "and reports for every evaluated metric (per policy, suite and skill, at each evaluation "
         "step and as the mean over the curve) the per-seed difference against the baseline: its "
-        "mean and a 95%% Student t interval over seeds. Writes compare.md, compare.json and "
+        "mean and a 95% Student t interval over seeds. Writes compare.md, compare.json and "
         "compare.png, with the exchange regime of every run that exchanged.",
     )
     compare.add_argument(

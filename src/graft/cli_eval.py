@@ -123,7 +123,7 @@ def _check_targets(targets: list, baseline: str | None) -> None:
 def _targets(args: argparse.Namespace):
     """(label, ModelConfig, config, suites, default max_new_tokens) for every model."""
     from graft.config import Config, LoRAConfig, ModelConfig, load_config
-    from graft.rundir import latest_checkpoint
+    from graft.rundir import latest_checkpoint, verify_checkpoint
 
     targets = []
     for path, label in zip(args.model, _unique_labels(args.model)):
@@ -147,6 +147,7 @@ def _targets(args: argparse.Namespace):
             best = run_dir / "checkpoints" / "best" / m.name
             for tag, ckpt in (("final", final / m.name), ("best", best)):
                 if ckpt.is_dir():
+                    verify_checkpoint(ckpt)  # every file as it was written (MANIFEST.json)
                     # a LoRA checkpoint loads as its base with the adapter merged in
                     model = dataclasses.replace(m, path=str(ckpt), tokenizer="", lora=LoRAConfig())
                     targets.append((f"{run_dir.name}/{m.name}/{tag}", model, cfg, suites, limit))

@@ -150,13 +150,15 @@ class VerifyConfig:
 @dataclass(frozen=True)
 class OptimConfig:
     lr: float = 1e-6
-    """AdamW learning rate (constant after warm-up)."""
+    """AdamW learning rate (constant after warm-up), at most 1: AdamW moves every weight by about
+    lr per step, so larger rates only overflow the weights."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW betas."""
     eps: float = 1e-8
     """AdamW epsilon."""
     weight_decay: float = 0.01
-    """AdamW decoupled weight decay."""
+    """AdamW decoupled weight decay; lr x weight_decay at most 1 (each step multiplies the weights
+    by 1 - lr x weight_decay)."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value per optimizer step; 0: off."""
     warmup_steps: int = 0
@@ -190,7 +192,14 @@ class ModelConfig:
     revision: str = ""
     """Hub revision (branch, tag or commit) to load; empty: the default branch."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Parameter dtype used for generation and training."""
+    """Compute dtype: the forward and backward passes of sampling, scoring and the update run
+    under autocast to it; log-probs and the loss stay float32. The weights and AdamW state are
+    stored in `param_dtype` (float32 master weights by default, as verl and TRL do). float16 adds
+    a dynamic loss scaler (a step whose gradients overflow is skipped and counted)."""
+    param_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Dtype of the stored weights and AdamW state: float32 (master weights), or the same 16-bit
+    dtype as `dtype` for pure low-precision training, an opt-in that warns: at RLVR learning
+    rates most AdamW steps round to nothing in bfloat16."""
     device: str = "auto"
     """Torch device of this policy: `auto` (CUDA when visible, else CPU), `cpu`, `cuda`, ..."""
     num_gpus: float = 0.0
@@ -229,7 +238,10 @@ class RolloutConfig:
     """Sampler: graft's own KV-cache loop over the Hugging Face model, or vLLM (GPU extra; the
     policy's weights are pushed into the engine after every update)."""
     vllm_gpu_memory: float = 0.4
-    """vLLM engine: fraction of the GPU memory it may take (the trainer needs the rest)."""
+    """vLLM engine: fraction of the GPU memory it may take (the trainer needs the rest). Its KV
+    cache is sized to what the rollouts need (the sequences sampled at once x their length, a
+    quarter more) and capped at this share less the engine's weights; vLLM also needs this share
+    free at start-up."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +287,11 @@ class AlgoConfig:
     (training and scoring peer responses); each copy keeps its own loss term, and its gradient
     flows into the one computed copy. Identical responses are common when a policy answers a
     prompt the same way several times. Changes no result beyond float rounding."""
+    nonfinite: Literal["stop", "skip"] = "stop"
+    """A minibatch whose loss or gradient norm is NaN or infinite never reaches the optimizer.
+    `stop`: the run stops there with an error naming the policy and step (no checkpoint of the
+    damaged step is written); `skip`: that optimizer step is skipped and counted in
+    `optim/nonfinite_steps`. (float16 compute leaves overflowing steps to its loss scaler.)"""
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,35 @@ that reaches the trainer, whether read from YAML or built in code, has been chec
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from graft.configlib import ConfigError
+from graft.configlib import ConfigError, expand_user
 
 if TYPE_CHECKING:
-    from graft.config import Config, LoRAConfig
+    from graft.config import Config, LoRAConfig, OptimConfig
+
+
+MAX_INT = 2**31 - 1
+"""The largest count or step graft hands on: torch's int32 indices, the store's int32 columns."""
+MAX_TOKENS = 2**20
+"""The longest prompt or response (token buffers are allocated at this length)."""
+MAX_SEQUENCES = 2**20
+"""The most sequences one rollout batch or one evaluation samples per problem."""
+MAX_GROUP = 2**15 - 1
+"""The largest group: the store keeps a response's place in its group as int16."""
+MAX_PROBLEMS = 10**6
+"""The most synthetic problems per split (they are all generated up front)."""
+MAX_PROCESSES = 1024
+"""The most verifier worker processes."""
+MAX_THREADS = 2**16
+"""The most threads, CPUs or GPUs one policy may ask for."""
+MAX_EPOCHS = 1024
+"""The most passes over one rollout batch."""
+MAX_LORA_RANK = 2**16
+"""The largest LoRA rank (adapters are allocated at it)."""
 
 
 @dataclass(frozen=True)
@@ -30,11 +52,50 @@ def _check(ok: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
+def _count(value: int, key: str, low: int, high: int = MAX_INT, note: str = "") -> None:
+    """An integer in [low, high]; `note` says what the bound is for."""
+    bound = f">= {low}" if high == MAX_INT else f"in [{low}, {high}]"
+    if high == MAX_INT and value > high:
+        bound = f"at most {high}"
+    _check(low <= value <= high, key, f"must be {bound}{note} (got {value})")
+
+
+def _number(
+    value: float,
+    key: str,
+    low: float,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+    note: str = "",
+) -> None:
+    """A finite float in the interval from `low` to `high` (None: unbounded), ends open or not."""
+    ok = math.isfinite(value) and (value > low if open_low else value >= low)
+    if high is not None:
+        ok = ok and (value < high if open_high else value <= high)
+        where = f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+    else:
+        where = f"a finite number {'>' if open_low else '>='} {low:g}"
+    _check(ok, key, f"must be {where}{note} (got {value!r})")
+
+
+def _check_path(path: str, key: str) -> None:
+    """A local path's `~user` must resolve (else it names a folder literally called `~user`)."""
+    if path.startswith("~"):
+        expand_user(path, key)
+
+
 def _check_lora(lora: LoRAConfig, key: str, *, engine: str) -> None:
     _check(lora.r >= 0, f"{key}.r", f"must be >= 0 (0: off), got {lora.r}")
+    _count(lora.r, f"{key}.r", 0, MAX_LORA_RANK, note=" (0: off)")
     if lora.r == 0:
         return
-    _check(lora.alpha >= 0, f"{key}.alpha", f"must be > 0 (0: 2 r), got {lora.alpha}")
+    _check(
+        lora.alpha >= 0 and math.isfinite(lora.alpha),
+        f"{key}.alpha",
+        f"must be > 0 (0: 2 r) and finite, got {lora.alpha}",
+    )
     _check(0 <= lora.dropout < 1, f"{key}.dropout", f"must be in [0, 1), got {lora.dropout}")
     for name in lora.target_modules:
         _check(
@@ -50,78 +111,183 @@ def _check_lora(lora: LoRAConfig, key: str, *, engine: str) -> None:
 
 
 def validate(cfg: Config) -> None:
-    """Cross-field checks; raises ConfigError naming the offending key."""
-    r, a = cfg.rollout, cfg.algo
-    _check(r.group_size >= 2, "rollout.group_size", f"must be >= 2 (got {r.group_size})")
-    _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
-    _check(a.minibatches >= 1, "algo.minibatches", "must be >= 1")
+    """Every value against what its consumers accept, and the cross-field checks; raises
+    ConfigError naming the offending key. Runs before anything is loaded or written."""
+    _check_run(cfg)
+    _check_rollout(cfg)
+    _check_algo(cfg)
+    _check_models(cfg)
+    _check_task(cfg)
+    _check_exchange(cfg)
+    _check_eval(cfg)
+    v = cfg.verify
+    _count(v.workers, "verify.workers", 1, MAX_PROCESSES)
+    _number(v.timeout_s, "verify.timeout_s", 0, open_low=True)
+    _number(v.max_unparseable_golds, "verify.max_unparseable_golds", 0, 1, note=" (a share)")
+    _check_path(cfg.store.path, "store.path")
+
+
+def _check_run(cfg: Config) -> None:
+    run = cfg.run
+    _check(bool(run.out_dir), "run.out_dir", "must not be empty; name the run directory")
+    _check_path(run.out_dir, "run.out_dir")
+    _count(run.steps, "run.steps", 1, note=" (the store keeps steps as int32)")
+    _count(run.save_every, "run.save_every", 0)
+    _count(run.keep_checkpoints, "run.keep_checkpoints", 1)
+    _count(run.threads, "run.threads", 0, MAX_THREADS, note=" (0: all cores)")
+    _check(
+        not (cfg.rollout.engine == "vllm" and run.backend == "inprocess" and len(cfg.models) > 1),
+        "run.backend",
+        "inprocess cannot hold several vLLM engines (vLLM allows one sleep-mode engine per "
+        "process); use processes or ray with rollout.engine=vllm",
+    )
+
+
+def _check_rollout(cfg: Config) -> None:
+    r = cfg.rollout
+    _count(r.group_size, "rollout.group_size", 2, MAX_GROUP)
+    _count(r.prompts_per_step, "rollout.prompts_per_step", 1, MAX_SEQUENCES)
+    _check(
+        r.prompts_per_step * r.group_size <= MAX_SEQUENCES,
+        "rollout.prompts_per_step",
+        f"{r.prompts_per_step} prompts x rollout.group_size={r.group_size} is "
+        f"{r.prompts_per_step * r.group_size} sequences per step; at most {MAX_SEQUENCES}",
+    )
+    _count(r.max_new_tokens, "rollout.max_new_tokens", 1, MAX_TOKENS)
+    _count(r.max_prompt_tokens, "rollout.max_prompt_tokens", 1, MAX_TOKENS)
+    _number(r.temperature, "rollout.temperature", 0, open_low=True, note=" for training rollouts")
+    _number(r.top_p, "rollout.top_p", 0, 1, open_low=True)
+    _count(r.top_k, "rollout.top_k", 0, note=" (0: off)")
+    _count(r.batch_size, "rollout.batch_size", 0, note=" (0: the whole batch)")
+    _number(r.vllm_gpu_memory, "rollout.vllm_gpu_memory", 0, 1, open_low=True, note=" (a share)")
+
+
+def _check_algo(cfg: Config) -> None:
+    a, r = cfg.algo, cfg.rollout
+    _count(a.minibatches, "algo.minibatches", 1)
     _check(
         r.prompts_per_step % a.minibatches == 0,
         "algo.minibatches",
         f"rollout.prompts_per_step={r.prompts_per_step} is not divisible by "
         f"algo.minibatches={a.minibatches}",
     )
-    _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
-    _check(r.temperature > 0, "rollout.temperature", "must be > 0 for training rollouts")
-    _check(0 < r.top_p <= 1, "rollout.top_p", f"must be in (0, 1] (got {r.top_p})")
-    _check(r.top_k >= 0, "rollout.top_k", "must be >= 0")
-    _check(r.batch_size >= 0, "rollout.batch_size", "must be >= 0")
-    _check(0 <= a.clip_low < 1, "algo.clip_low", f"must be in [0, 1) (got {a.clip_low})")
-    _check(a.clip_high >= 0, "algo.clip_high", "must be >= 0")
-    _check(a.dual_clip == 0 or a.dual_clip > 1, "algo.dual_clip", "must be 0 (off) or > 1")
-    _check(a.micro_batch_size >= 1, "algo.micro_batch_size", "must be >= 1")
-    _check(a.epochs >= 1, "algo.epochs", "must be >= 1")
-    _check(a.kl_coef >= 0, "algo.kl_coef", "must be >= 0")
-    _check(a.adv_eps >= 0, "algo.adv_eps", "must be >= 0")
-    _check(a.loss_constant >= 0, "algo.loss_constant", "must be >= 0")
-    _check(cfg.run.steps >= 1, "run.steps", "must be >= 1")
-    _check(cfg.run.save_every >= 0, "run.save_every", "must be >= 0")
-    _check(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
-    _check(cfg.verify.workers >= 1, "verify.workers", "must be >= 1")
-    _check(cfg.verify.timeout_s > 0, "verify.timeout_s", "must be > 0")
+    _number(a.clip_low, "algo.clip_low", 0, 1, open_high=True)
+    _number(a.clip_high, "algo.clip_high", 0)
     _check(
-        0 <= cfg.verify.max_unparseable_golds <= 1,
-        "verify.max_unparseable_golds",
-        "must be a share between 0 and 1",
+        a.dual_clip == 0 or (math.isfinite(a.dual_clip) and a.dual_clip > 1),
+        "algo.dual_clip",
+        f"must be 0 (off) or a finite number > 1 (got {a.dual_clip!r})",
     )
+    _count(a.micro_batch_size, "algo.micro_batch_size", 1)
+    _count(a.epochs, "algo.epochs", 1, MAX_EPOCHS)
+    _number(a.kl_coef, "algo.kl_coef", 0)
+    _number(a.adv_eps, "algo.adv_eps", 0)
+    _check(
+        a.advantage != "grpo" or a.adv_eps > 0,
+        "algo.adv_eps",
+        "must be > 0 with algo.advantage=grpo (a group whose rewards are all equal has std 0, "
+        "and 0 / 0 is NaN)",
+    )
+    _count(a.loss_constant, "algo.loss_constant", 0, note=" (0: rollout.max_new_tokens)")
+
+
+def _check_models(cfg: Config) -> None:
     _check(len(cfg.models) >= 1, "models", "list at least one model")
     names = [m.name for m in cfg.models]
     for i, m in enumerate(cfg.models):
-        _check(bool(m.name), f"models.{i}.name", "must not be empty")
-        _check(names.count(m.name) == 1, f"models.{i}.name", f"duplicate model name {m.name!r}")
+        key = f"models.{i}"
+        _check(bool(m.name), f"{key}.name", "must not be empty")
+        _check(names.count(m.name) == 1, f"{key}.name", f"duplicate model name {m.name!r}")
         _check(
             m.name.replace("-", "").replace("_", "").isalnum(),
-            f"models.{i}.name",
+            f"{key}.name",
             f"use letters, digits, '-' and '_' only (got {m.name!r})",
         )
-        _check(bool(m.path), f"models.{i}.path", "must not be empty")
+        _check(bool(m.path), f"{key}.path", "must not be empty")
+        _check_path(m.path, f"{key}.path")
+        _check_path(m.tokenizer, f"{key}.tokenizer")
         _check(
             "{prompt}" in m.prompt_template,
-            f"models.{i}.prompt_template",
+            f"{key}.prompt_template",
             "must contain the placeholder {prompt}",
         )
-        _check(m.optim.lr > 0, f"models.{i}.optim.lr", "must be > 0")
-        _check(m.optim.grad_clip >= 0, f"models.{i}.optim.grad_clip", "must be >= 0")
-        _check_lora(m.lora, f"models.{i}.lora", engine=cfg.rollout.engine)
+        _check(
+            m.param_dtype in ("float32", m.dtype),
+            f"{key}.param_dtype",
+            f"must be float32 (master weights) or the compute dtype {m.dtype!r}, got "
+            f"{m.param_dtype!r}",
+        )
+        _check(
+            re.fullmatch(r"auto|meta|(cpu|cuda|mps|xpu|npu|hpu)(:\d+)?", m.device) is not None,
+            f"{key}.device",
+            f"must be auto, or cpu, cuda, mps, xpu, npu, hpu with optional :N (got {m.device!r})",
+        )
+        _number(m.num_gpus, f"{key}.num_gpus", 0, MAX_THREADS)
+        _number(m.num_cpus, f"{key}.num_cpus", 0, MAX_THREADS, note=" (0: a share of run.threads)")
+        _check_optim(m.optim, f"{key}.optim")
+        _check_lora(m.lora, f"{key}.lora", engine=cfg.rollout.engine)
+
+
+def _check_optim(o: OptimConfig, key: str) -> None:
+    _number(o.lr, f"{key}.lr", 0, 1, open_low=True, note=" (AdamW moves each weight ~lr a step)")
+    for j, beta in enumerate(o.betas):
+        _number(beta, f"{key}.betas", 0, 1, open_high=True, note=f" (beta {j + 1})")
+    _number(o.eps, f"{key}.eps", 0, open_low=True)
+    _number(o.weight_decay, f"{key}.weight_decay", 0)
+    _check(
+        o.lr * o.weight_decay <= 1,
+        f"{key}.weight_decay",
+        f"lr x weight_decay must be at most 1 (each step multiplies the weights by "
+        f"1 - lr x weight_decay; got {o.lr:g} x {o.weight_decay:g})",
+    )
+    _number(o.grad_clip, f"{key}.grad_clip", 0, note=" (0: off)")
+    _count(o.warmup_steps, f"{key}.warmup_steps", 0)
+
+
+def _check_task(cfg: Config) -> None:
     t = cfg.task
     if t.name == "math":
-        _check(bool(t.math.train), "task.math.train", "set a data file or dataset name")
+        m = t.math
+        _check(bool(m.train), "task.math.train", "set a data file or dataset name")
+        for name in ("train", "test", "val"):
+            _check_path(getattr(m, name), f"task.math.{name}")
+        _count(m.limit, "task.math.limit", 0, note=" (0: all rows)")
+        _check(bool(m.problem_column), "task.math.problem_column", "must not be empty")
+        _check(bool(m.answer_column), "task.math.answer_column", "must not be empty")
     else:
-        _check(len(t.arithmetic.skills) >= 1, "task.arithmetic.skills", "list at least one skill")
-        _check(t.arithmetic.num_train >= 1, "task.arithmetic.num_train", "must be >= 1")
+        a = t.arithmetic
+        _check(len(a.skills) >= 1, "task.arithmetic.skills", "list at least one skill")
+        _count(a.num_train, "task.arithmetic.num_train", 1, MAX_PROBLEMS)
+        _count(a.num_test, "task.arithmetic.num_test", 0, MAX_PROBLEMS)
+        _count(a.num_val, "task.arithmetic.num_val", 0, MAX_PROBLEMS)
+
+
+def _check_exchange(cfg: Config) -> None:
     x = cfg.exchange
     _check(0 <= x.delta < 1e9, "exchange.delta", "must be >= 0")
-    _check(x.sgt_coef >= 0, "exchange.sgt_coef", "must be >= 0")
-    _check(x.luffy_gamma > 0, "exchange.luffy_gamma", "must be > 0")
-    _check(x.warn_after >= 1, "exchange.warn_after", "must be >= 1")
+    _number(x.sgt_coef, "exchange.sgt_coef", 0)
+    _number(x.luffy_gamma, "exchange.luffy_gamma", 0, open_low=True)
+    _count(x.warn_after, "exchange.warn_after", 1)
+    _count(x.peer_step, "exchange.peer_step", 0)
+    _check_path(x.store, "exchange.store")
     if x.source == "stored" and x.enabled:
         _check(bool(x.store), "exchange.store", "stored mode needs the peer's trajectory store")
         _check(len(cfg.models) == 1, "models", "stored mode trains exactly one model")
-        _check(x.peer_step >= 0, "exchange.peer_step", "must be >= 0")
+
+
+def _check_eval(cfg: Config) -> None:
     e = cfg.eval
-    _check(e.every >= 0, "eval.every", "must be >= 0")
-    _check(e.samples >= 1, "eval.samples", "must be >= 1")
-    _check(e.temperature >= 0, "eval.temperature", "must be >= 0")
+    _count(e.every, "eval.every", 0, note=" (0: never)")
+    _count(e.num_problems, "eval.num_problems", 0, note=" (0: all)")
+    _count(e.samples, "eval.samples", 1, MAX_SEQUENCES)
+    _number(e.temperature, "eval.temperature", 0, note=" (0: greedy)")
+    _number(e.top_p, "eval.top_p", 0, 1, open_low=True)
+    _count(e.max_new_tokens, "eval.max_new_tokens", 0, MAX_TOKENS, note=" (0: the rollout's)")
+    if e.every > 0:
+        _check(len(e.suites) >= 1, "eval.suites", "list at least one suite (or set eval.every=0)")
+    for i, suite in enumerate(e.suites):
+        _check(bool(suite), f"eval.suites.{i}", "must not be empty")
+        _check_path(suite, f"eval.suites.{i}")
 
 
 def make_plan(cfg: Config) -> Plan:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import os
 import textwrap
 import types
 import typing
@@ -137,6 +138,9 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE")
     dotted, raw = assignment.split("=", 1)
     parts = dotted.strip().split(".")
+    if not all(part.strip() for part in parts):
+        what = "no key before '='" if not dotted.strip() else "an empty part in the key"
+        raise ConfigError(f"--set {assignment!r}: {what} (expected KEY=VALUE, e.g. run.steps=10)")
     node: Any = data
     for i, part in enumerate(parts[:-1]):
         where = ".".join(parts[: i + 1])
@@ -164,11 +168,14 @@ def load_config(
     its own cross-field checks, as `graft.config.Config`'s does)."""
     data: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
+        path = _config_path(path)
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise ConfigError(
+                f"config file {path} is not UTF-8 text ({err.reason} at byte {err.start}); "
+                "is it a YAML file?"
+            ) from None
         except yaml.YAMLError as err:
             where = getattr(err, "problem_mark", None)
             at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
@@ -182,6 +189,27 @@ def load_config(
     for assignment in overrides:
         apply_override(data, assignment)
     return from_dict(cls, data)
+
+
+def expand_user(path: str, what: str) -> str:
+    """`path` with a leading `~` or `~user` expanded; ConfigError naming `what` (a key) when the
+    user does not exist (the path would otherwise name a folder literally called `~user`)."""
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        raise ConfigError(f"{what} {path}: cannot resolve {path.split('/', 1)[0]} (no such user)")
+    return expanded
+
+
+def _config_path(path: str | Path) -> Path:
+    """The config file at `path` (`~user` expanded); ConfigError when it is not a file."""
+    out = Path(expand_user(str(path), "config file"))
+    if out.is_dir():
+        raise ConfigError(f"config file {out} is a directory, not a YAML file")
+    if not out.is_file():
+        raise ConfigError(f"config file {out} does not exist")
+    return out
 
 
 def _with_defaults_for_lists(cls: type, data: dict[str, Any]) -> dict[str, Any]:

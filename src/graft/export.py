@@ -58,11 +58,19 @@ def export_merged(run_dir: Path, out: Path, *, policy: str | None, checkpoint: s
     """Write the policy's checkpoint as a plain model into `out`; returns the checkpoint read."""
     from graft.config import Config, LoRAConfig, load_config
     from graft.models import load_model_and_tokenizer
+    from graft.preflight import check_writable_dir
+    from graft.rundir import verify_checkpoint
 
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"RUN_DIR {run_dir}: not a run directory (no config.yaml)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: exists and is not an empty directory")
+    for kept in (run_dir / "checkpoints", run_dir / "trajectories"):
+        if kept.resolve() in (out.resolve(), *out.resolve().parents):
+            raise ConfigError(
+                f"--out {out}: inside {kept}, which graft train manages; choose another"
+            )
+    check_writable_dir(out, "--out")
     cfg = load_config(Config, run_dir / "config.yaml")
     names = [m.name for m in cfg.models]
     if policy is None and len(names) > 1:
@@ -74,22 +82,30 @@ def export_merged(run_dir: Path, out: Path, *, policy: str | None, checkpoint: s
     folder = _checkpoint(run_dir, checkpoint) / name
     if not folder.is_dir():
         raise ConfigError(f"--checkpoint {checkpoint!r}: no folder {folder}")
+    verify_checkpoint(folder)  # every file as it was written (MANIFEST.json)
     model_cfg = dataclasses.replace(
         cfg.models[index], path=str(folder), tokenizer="", revision="", lora=LoRAConfig()
     )
     model, tokenizer = load_model_and_tokenizer(model_cfg, key=f"models.{index}", device="cpu")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if out.exists():
-        out.rmdir()
-    os.replace(tmp, out)
+    try:  # nothing half-written is left behind, whatever stops the export
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return folder
 
 
 def cmd_export_merged(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    folder = export_merged(Path(args.run_dir), out, policy=args.policy, checkpoint=args.checkpoint)
+    from graft.preflight import resolved
+
+    out = resolved(args.out, "--out")
+    run_dir = resolved(args.run_dir, "RUN_DIR")
+    folder = export_merged(run_dir, out, policy=args.policy, checkpoint=args.checkpoint)
     print(f"wrote {out} (from {folder})")
     return 0

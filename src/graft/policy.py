@@ -11,6 +11,7 @@ import contextlib
 import copy
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from graft.models.lora import (
     lora_enabled,
     save_adapter,
 )
+from graft.precision import Precision, low_precision_warning
 from graft.rollout import SamplingParams, sample
 from graft.seeds import derive_seed
 from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
@@ -80,6 +82,11 @@ class Policy:
             spec.model, cache_dir=cache, key=f"models.{spec.index}", device=self.device
         )
         self.model.eval()  # no dropout in RL updates; gradients still flow
+        m = spec.model
+        self.precision = Precision(m.dtype, m.param_dtype, device=self.device)
+        message = low_precision_warning(m.dtype, m.param_dtype, key=f"models.{spec.index}")
+        if message:
+            warnings.warn(message, stacklevel=2)
         self.fingerprint = model_fingerprint(self.model)  # of the initial weights
         self.adapter = None  # the peft wrapper when only LoRA adapters train
         if lora_enabled(spec.model.lora):
@@ -199,16 +206,17 @@ class Policy:
         if self.engine is not None:
             samples = self.engine.sample(rows, params, stop_ids=self.stop_ids, seed=seed)
         else:
-            samples = sample(
-                self.model,
-                rows,
-                params,
-                stop_ids=self.stop_ids,
-                pad_id=self.pad_id,
-                generator=torch.Generator(device=self.device).manual_seed(seed),
-                batch_size=self.spec.rollout.batch_size,
-                share_prompts=self.spec.algo.share_prompts,
-            )
+            with self.precision.forward():
+                samples = sample(
+                    self.model,
+                    rows,
+                    params,
+                    stop_ids=self.stop_ids,
+                    pad_id=self.pad_id,
+                    generator=torch.Generator(device=self.device).manual_seed(seed),
+                    batch_size=self.spec.rollout.batch_size,
+                    share_prompts=self.spec.algo.share_prompts,
+                )
         rollouts = []
         for i, (problem, ids) in enumerate(zip(problems, prompt_ids_P)):
             completions = tuple(
@@ -226,17 +234,19 @@ class Policy:
     def score(
         self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
     ) -> list[tuple[float, ...]]:
-        """Behavior log-probs (current weights, rollout temperature) of given token sequences."""
-        return score_sequences(
-            self.model,
-            prompts,
-            responses,
-            pad_id=self.pad_id,
-            temperature=self.spec.rollout.temperature,
-            batch_size=self.spec.algo.micro_batch_size,
-            share_prompts=self.spec.algo.share_prompts,
-            dedup_responses=self.spec.algo.dedup_responses,
-        )
+        """Behavior log-probs (current weights, rollout temperature, compute dtype) of given token
+        sequences."""
+        with self.precision.forward():
+            return score_sequences(
+                self.model,
+                prompts,
+                responses,
+                pad_id=self.pad_id,
+                temperature=self.spec.rollout.temperature,
+                batch_size=self.spec.algo.micro_batch_size,
+                share_prompts=self.spec.algo.share_prompts,
+                dedup_responses=self.spec.algo.dedup_responses,
+            )
 
     def import_responses(
         self, requests: Sequence[PeerResponse], *, too_long: str = "drop"
@@ -297,6 +307,7 @@ class Policy:
                 ref_model=self.ref_model,
                 set_lr=self._set_lr,
                 seed=seed,
+                precision=self.precision,
             )
         if self.engine is not None:
             self.engine.sync_weights(self.model.named_parameters())
@@ -316,6 +327,13 @@ class Policy:
             for g in groups
         ]
 
+    def close(self) -> None:
+        """Release what outlives this object: the vLLM engine's GPU memory and its place (one
+        sleep-mode engine per process)."""
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
     # ----------------------------------------------------------------- checkpoints
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
@@ -325,7 +343,8 @@ class Policy:
             self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
-        (directory / "policy_state.json").write_text(json.dumps({"num_updates": self.num_updates}))
+        state = {"num_updates": self.num_updates, "precision": self.precision.state_dict()}
+        (directory / "policy_state.json").write_text(json.dumps(state))
 
     def load(self, directory: str | Path) -> None:
         directory = Path(directory)
@@ -335,7 +354,9 @@ class Policy:
             self._load_weights(directory)
         optim_state = torch.load(directory / "optimizer.pt", weights_only=True)
         self.optimizer.load_state_dict(optim_state)
-        self.num_updates = json.loads((directory / "policy_state.json").read_text())["num_updates"]
+        state = json.loads((directory / "policy_state.json").read_text())
+        self.num_updates = state["num_updates"]
+        self.precision.load_state_dict(state.get("precision", {}))
         if self.engine is not None:
             self.engine.sync_weights(self.model.named_parameters())
 

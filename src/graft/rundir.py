@@ -8,9 +8,14 @@
     RUN_DIR/summary.json         final metrics of the run
     RUN_DIR/tensorboard/         event files, when tensorboard is installed
 
-A checkpoint is written into a temporary folder and renamed when complete, so a crash never
-leaves a checkpoint that resume would read half-written. A resume still checks every file of the
-newest checkpoint and falls back to the newest intact one, naming what is damaged.
+    RUN_DIR/checkpoints/step_NNNNNN/MANIFEST.json   sha256 and size of every other file in it
+    RUN_DIR/checkpoints/best/<policy>/MANIFEST.json  the same, per best-by-validation policy
+
+A checkpoint is written into a temporary folder; once every file in it is complete and fsynced,
+its MANIFEST.json is written (temporary file, fsync, rename), and the folder is renamed into
+place. A resume proves every file of the newest checkpoint against its manifest and falls back to
+the newest intact one, naming what is damaged: a checkpoint without a manifest (from a graft
+before manifests, or tampered with), with a file missing, changed or not listed, is damaged.
 
 A directory that holds a run is never reused implicitly: a new run there needs `--overwrite`,
 which moves the old run aside (`RUN_DIR.old-N`) rather than deleting it.
@@ -19,14 +24,13 @@ which moves the old run aside (`RUN_DIR.old-N`) rather than deleting it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
 import random
 import shutil
-import struct
 import time
-import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,9 @@ from graft.config import Config, to_dict
 from graft.errors import DataError
 
 CHECKPOINT_PREFIX = "step_"
+MANIFEST = "MANIFEST.json"
+MANIFEST_FORMAT = "graft-checkpoint-manifest"
+CHUNK_BYTES = 1 << 20
 RUN_FILES = ("config.yaml", "metrics.jsonl", "run.json", "checkpoints", "trajectories")
 """What makes a directory hold a run (any one of them)."""
 
@@ -84,6 +91,14 @@ def same_models(saved: Config, wanted: Config, run_dir: Path) -> None:
                 raise DataError(
                     f"models.{i}.{key}: the run in {run_dir} was trained with "
                     f"{getattr(old, key)!r}; a resume cannot change it (got {getattr(new, key)!r})"
+                )
+        for key in ("r", "target_modules"):  # the checkpoint holds a whole model or an adapter
+            was, got = getattr(old.lora, key), getattr(new.lora, key)
+            if was != got:
+                off = " (0: without LoRA)" if key == "r" else ""
+                raise DataError(
+                    f"models.{i}.lora.{key}: the run in {run_dir} was trained with {was!r}{off}; "
+                    f"a resume cannot change it (got {got!r})"
                 )
 
 
@@ -132,76 +147,136 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def _safetensors_problem(path: Path) -> str:
-    """'' when the header parses and the file is as long as the header says."""
+def _digest(path: Path, *, sync: bool = False) -> dict[str, Any]:
+    """{"sha256", "bytes"} of a file, hashed in chunks (a multi-GB file never sits in memory);
+    with `sync`, the file is also flushed to the disk."""
+    digest, size = hashlib.sha256(), 0
+    buf = bytearray(CHUNK_BYTES)
     with path.open("rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            return "truncated (no header)"
-        (size,) = struct.unpack("<Q", raw)
-        if size > path.stat().st_size:
-            return "truncated (header longer than the file)"
-        try:
-            header = json.loads(f.read(size))
-            tensors = [v for k, v in header.items() if k != "__metadata__"]
-            end = max((int(v["data_offsets"][1]) for v in tensors), default=0)
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-            return "unreadable header"
-    if path.stat().st_size < 8 + size + end:
-        return f"truncated ({path.stat().st_size} bytes, the header needs {8 + size + end})"
-    return ""
+        while got := f.readinto(buf):
+            digest.update(memoryview(buf)[:got])
+            size += got
+        if sync:
+            os.fsync(f.fileno())
+    return {"sha256": digest.hexdigest(), "bytes": size}
 
 
-def _zip_problem(path: Path) -> str:
-    """'' when torch's zip container is complete and every record matches its checksum."""
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
     try:
-        with zipfile.ZipFile(path) as z:
-            bad = z.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
-        return f"truncated or not a torch file ({err})"
-    return f"record {bad} fails its checksum" if bad else ""
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-def _json_problem(path: Path) -> str:
+def _files(folder: Path) -> list[Path]:
+    """Every file under `folder` but its manifest, in a fixed order."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(folder: Path) -> Path:
+    """Fsync every file under `folder`, then write MANIFEST.json (sha256 and size of each) last,
+    atomically. Call it when nothing more will be written into the folder."""
+    paths = _files(folder)
+    files = {p.relative_to(folder).as_posix(): _digest(p, sync=True) for p in paths}
+    for sub in sorted({p.parent for p in paths} | {folder}, reverse=True):
+        _fsync_dir(sub)  # the files' names are durable before the manifest vouches for them
+    body = {"format": MANIFEST_FORMAT, "version": 1, "algorithm": "sha256", "files": files}
+    tmp = folder / f".{MANIFEST}.tmp"
+    with tmp.open("w") as f:
+        f.write(json.dumps(body, indent=1, sort_keys=True))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / MANIFEST)
+    _fsync_dir(folder)
+    return folder / MANIFEST
+
+
+def _read_manifest(folder: Path) -> tuple[dict[str, dict[str, Any]] | None, str]:
+    """(files listed in the folder's manifest, '') or (None, why it cannot be used)."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None, "missing (a checkpoint without a manifest cannot be proven intact)"
     try:
-        json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        return f"unreadable JSON ({err})"
-    return ""
+        body = json.loads(path.read_bytes())
+        files = body["files"]
+        if (body["format"], body["version"], body["algorithm"]) != (MANIFEST_FORMAT, 1, "sha256"):
+            return None, f"not a version 1 {MANIFEST_FORMAT} with sha256 digests"
+        if not all(
+            isinstance(e["sha256"], str) and isinstance(e["bytes"], int) for e in files.values()
+        ):
+            return None, "unreadable (an entry without sha256 or bytes)"
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
+        return None, f"unreadable ({type(err).__name__}: {err})"
+    return files, ""
 
 
-CHECKS: dict[str, Callable[[Path], str]] = {
-    "model.safetensors": _safetensors_problem,
-    "optimizer.pt": _zip_problem,
-    "policy_state.json": _json_problem,
-}
+def manifest_problems(folder: Path, *, under: str = "") -> list[str]:
+    """Every file of `folder` (only those under the subfolder `under`, when given) that is
+    missing, changed, or not listed in its MANIFEST.json, as 'PATH: why' (empty: intact)."""
+    files, why = _read_manifest(folder)
+    if files is None:
+        return [f"{folder / MANIFEST}: {why}"]
+    prefix = f"{under.strip('/')}/" if under else ""
+    out = []
+    for rel, want in sorted(files.items()):
+        if not rel.startswith(prefix):
+            continue
+        path = folder / rel
+        if not path.is_file():
+            out.append(f"{path}: missing")
+            continue
+        size = path.stat().st_size
+        if size != want["bytes"]:
+            kind = "truncated" if size < want["bytes"] else "longer than written"
+            out.append(f"{path}: {kind} ({size} bytes, {MANIFEST} records {want['bytes']})")
+        elif (got := _digest(path)["sha256"]) != want["sha256"]:
+            out.append(
+                f"{path}: changed since it was written (sha256 {got[:16]}..., {MANIFEST} "
+                f"records {want['sha256'][:16]}...)"
+            )
+    for path in _files(folder / under if under else folder):
+        if path.relative_to(folder).as_posix() not in files:
+            out.append(f"{path}: not in {MANIFEST} (added after the checkpoint was written)")
+    return out
 
 
-def _policy_checks(folder: Path) -> dict[str, Callable[[Path], str]]:
-    """The files of a policy's checkpoint: a LoRA policy stores its adapter, not the model."""
-    if not (folder / "adapter_config.json").is_file():
-        return CHECKS
-    rest = {k: v for k, v in CHECKS.items() if k != "model.safetensors"}
-    return {
-        "adapter_model.safetensors": _safetensors_problem,
-        "adapter_config.json": _json_problem,
-        **rest,
-    }
+def _required(folder: Path) -> tuple[str, ...]:
+    """The files a policy's checkpoint needs: a LoRA policy stores its adapter, not the model."""
+    if (folder / "adapter_config.json").is_file():
+        return (
+            "adapter_model.safetensors",
+            "adapter_config.json",
+            "optimizer.pt",
+            "policy_state.json",
+        )
+    return ("model.safetensors", "optimizer.pt", "policy_state.json")
 
 
 def checkpoint_problems(checkpoint: Path, policies: list[str]) -> list[str]:
-    """Every missing or damaged file of a checkpoint, as 'PATH: why' (empty: intact)."""
-    out = []
-    state = checkpoint / "trainer_state.json"
-    if why := _json_problem(state):
-        out.append(f"{state}: {why}")
-    for name in policies:
-        for file, check in _policy_checks(checkpoint / name).items():
-            path = checkpoint / name / file
-            why = "missing" if not path.is_file() else check(path)
-            if why:
-                out.append(f"{path}: {why}")
+    """Every missing, changed or unlisted file of a checkpoint, as 'PATH: why' (empty: intact):
+    every file is proven against MANIFEST.json, and the files resume needs must be there."""
+    out = manifest_problems(checkpoint)
+    named = {line.split(": ", 1)[0] for line in out}
+    needed = [checkpoint / "trainer_state.json"]
+    needed += [
+        checkpoint / name / file for name in policies for file in _required(checkpoint / name)
+    ]
+    out += [f"{path}: missing" for path in needed if not path.is_file() and str(path) not in named]
     return out
+
+
+def verify_checkpoint(folder: Path) -> None:
+    """Raise DataError (one line, naming the first bad file) unless a checkpoint folder is intact:
+    a whole checkpoint (step_N), a policy inside one (step_N/<policy>, proven against the
+    checkpoint's manifest), or a best-by-validation policy (best/<policy>). Call before loading."""
+    if not (folder / MANIFEST).is_file() and (folder.parent / MANIFEST).is_file():
+        problems = manifest_problems(folder.parent, under=folder.name)
+    else:
+        problems = manifest_problems(folder)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise DataError(f"checkpoint {folder} is damaged: {problems[0]}{more}")
 
 
 def intact_checkpoint(
@@ -266,12 +341,15 @@ def begin_checkpoint(run_dir: Path, step: int) -> Path:
 
 
 def commit_checkpoint(run_dir: Path, tmp: Path, step: int, *, keep: int, extra: dict) -> Path:
+    """Add trainer_state.json and, last, the manifest of every file; then rename into place."""
     state = {"next_step": step, "rng": rng_state(), "time": time.time(), **extra}
     (tmp / "trainer_state.json").write_text(json.dumps(state))
+    write_manifest(tmp)
     final = run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{step:06d}"
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+    _fsync_dir(final.parent)
     for old in checkpoint_dirs(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -346,6 +424,8 @@ def save_best(run_dir: Path, backend: Any, names: list[str], best: Mapping[str, 
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     backend.save(tmp, names=names)
+    for name in names:
+        write_manifest(tmp / name)
     root.mkdir(parents=True, exist_ok=True)
     for name in names:
         if (root / name).exists():
@@ -405,6 +485,13 @@ def _records(
             raise DataError(f"{path}: line {line_no} is not a JSON object")
         out.append((line, record))
     return out
+
+
+def check_metrics(run_dir: Path) -> None:
+    """Raise DataError when metrics.jsonl has an unreadable line other than a torn last one. Reads
+    only: a resume checks the log before it writes anything."""
+    if (run_dir / "metrics.jsonl").exists():
+        _records(run_dir / "metrics.jsonl", warn=lambda _message: None)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

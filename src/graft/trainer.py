@@ -9,9 +9,11 @@ policy), never carried in hidden state, so `graft train --resume` continues exac
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,19 +21,24 @@ from tqdm.auto import tqdm
 
 from graft.backends import Backend, make_backend, policy_specs
 from graft.config import Config, ConfigError, Plan, make_plan
-from graft.errors import DataError
+from graft.errors import DataError, RunStopped
 from graft.evaluate import evaluate_once
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
 from graft.groups import group_metrics, make_groups
+from graft.preflight import check_run_json, check_store
 from graft.recorder import Recorder
 from graft.rollout import SamplingParams
 from graft.rundir import (
+    CHECKPOINT_PREFIX,
     MetricsLog,
     begin_checkpoint,
+    check_metrics,
     checkpoint_dirs,
     commit_checkpoint,
     intact_checkpoint,
     is_disk_full,
+    latest_checkpoint,
+    move_aside,
     policy_prefix,
     read_best,
     read_trainer_state,
@@ -43,7 +50,6 @@ from graft.rundir import (
     write_summary,
 )
 from graft.seeds import derive_seed
-from graft.store import check_store_target
 from graft.suites import Suite, check_suite_golds, load_suites
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.golds import check_golds, require_golds, usable_problems
@@ -62,13 +68,16 @@ class RunResult:
     run_dir: Path
     steps: int
     final_metrics: dict[str, float]
+    finished_before: bool = False
+    """A resume of a run that had already reached run.steps: nothing was run or written."""
 
 
 class Trainer:
     def __init__(self, cfg: Config, *, backend: Backend | None = None) -> None:
         self.cfg = cfg
+        self.run_dir = Path(cfg.run.out_dir)
         if cfg.store.enabled:  # before any model loads or any file is written
-            check_store_target(cfg.store.path or str(Path(cfg.run.out_dir) / "trajectories"))
+            check_store(cfg.store.path or str(self.run_dir / "trajectories"))
         self.plan: Plan = make_plan(cfg)
         self.task: Task = build_task(cfg.task)
         self.train_problems = self.task.train_problems()
@@ -111,6 +120,13 @@ class Trainer:
             self.source = make_source(
                 cfg.exchange, num_policies=len(self.names), pool=self.pool, verifier=self.verifier
             )
+        except (ValueError, ImportError, OSError) as err:  # e.g. a filesystem nobody knows
+            self.close()
+            if isinstance(err, ConfigError | DataError | FileNotFoundError):
+                raise
+            raise ConfigError(
+                f"exchange.store {cfg.exchange.store}: cannot open it: {err}"
+            ) from None
         except BaseException:
             self.close()
             raise
@@ -157,14 +173,46 @@ class Trainer:
         outcome = self._exchange(step, groups)
         t3 = time.perf_counter()
         stats = self.backend.train(outcome.batches, seeds=self._seeds(step, "update"))
+        self._check_finite(step, stats)
         t4 = time.perf_counter()
         if self.recorder is not None:
-            self.recorder.record(step, groups, outcome.replaced)
+            with self._writing_store():
+                self.recorder.record(step, groups, outcome.replaced)
         metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
         metrics.update(outcome.metrics)
         metrics["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
         metrics["time/store_s"] = time.perf_counter() - t4
         return metrics
+
+    def _check_finite(self, step: int, stats: Mapping[str, Mapping[str, float]]) -> None:
+        """algo.nonfinite=stop: a policy whose update met a NaN or infinite loss or gradient norm
+        (and took no optimizer step on it) ends the run here, before this step is logged or
+        checkpointed; `skip` leaves the count in optim/nonfinite_steps."""
+        if self.cfg.algo.nonfinite != "stop":
+            return
+        for name in self.names:
+            if stats.get(name, {}).get("optim/nonfinite_steps", 0.0) > 0:
+                raise RunStopped(
+                    f"policy {name!r}: non-finite loss or gradient norm at step {step + 1}; "
+                    f"stopped before its optimizer step, {_last_checkpoint(self.run_dir)}. Lower "
+                    f"the learning rate, or skip such steps with --set algo.nonfinite=skip"
+                )
+
+    @contextlib.contextmanager
+    def _writing_store(self) -> Iterator[None]:
+        """A full disk under the trajectory store ends the run in one line, before a checkpoint
+        could claim rows the store does not hold (the rows of earlier steps stay intact)."""
+        try:
+            yield
+        except (OSError, RuntimeError) as err:
+            if not (is_disk_full(err) or (err.__cause__ and is_disk_full(err.__cause__))):
+                raise
+            uri = self.recorder.uri if self.recorder is not None else "?"
+            raise DiskFullError(
+                f"no space left on device while writing the trajectory store {uri}; "
+                f"{_last_checkpoint(self.run_dir)}, with the store rows up to it; free space and "
+                f"continue with --resume {self.run_dir}"
+            ) from None
 
     def _verify_and_group(self, name: str, rollouts: list[Rollout]) -> tuple[Group, ...]:
         """One policy's rollouts, verified and grouped with their advantages; runs in the driver
@@ -251,7 +299,8 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     def save(self, run_dir: Path, next_step: int) -> None:
         if self.recorder is not None:
-            self.recorder.flush()  # a checkpoint implies the store holds every earlier step
+            with self._writing_store():  # a checkpoint implies the store holds every earlier step
+                self.recorder.flush()
         tmp = begin_checkpoint(run_dir, next_step)
         try:
             self.backend.save(tmp)
@@ -271,11 +320,12 @@ class Trainer:
                 f"continue with --resume {run_dir}"
             ) from None
 
-    def restore(self, run_dir: Path) -> int:
-        """Load the newest intact checkpoint (0 when the run has none yet). A damaged newer one
-        is named and skipped; a checkpoint that does not fit the models is an error."""
+    def restore(self, run_dir: Path) -> tuple[int, list[Path]]:
+        """Load the newest intact checkpoint: (its next step, the damaged newer ones, which the
+        caller sets aside once every check passed); (0, []) when the run has none yet. A damaged
+        checkpoint is named and skipped; one that does not fit the models is an error."""
         if not checkpoint_dirs(run_dir):
-            return 0
+            return 0, []
         checkpoint, damaged = intact_checkpoint(
             run_dir, list(self.names), lambda m: tqdm.write(f"warning: {m}")
         )
@@ -288,15 +338,32 @@ class Trainer:
                 f"--resume {run_dir}: checkpoint {checkpoint.name} does not fit the configured "
                 f"models: {first}"
             ) from None
-        for old in damaged:  # out of resume's way, and out of the count of kept checkpoints
-            tqdm.write(f"warning: moved the damaged checkpoint {old.name} to {set_aside(old).name}")
         set_rng_state(state["rng"])
-        return int(state["next_step"])
+        return int(state["next_step"]), damaged
+
+    def _resume_point(self, run_dir: Path) -> tuple[int, list[Path]]:
+        """Every check of a resume, made before anything is written: run.json and metrics.jsonl
+        readable, the newest intact checkpoint loaded, run.steps not below it."""
+        if self.cfg.store.enabled:
+            check_run_json(run_dir)
+        check_metrics(run_dir)
+        start, damaged = self.restore(run_dir)
+        if start > self.cfg.run.steps:
+            raise ConfigError(
+                f"run.steps: the run in {run_dir} already reached step {start}; a resume can only "
+                f"extend it (got run.steps={self.cfg.run.steps})"
+            )
+        return start, damaged
 
     # ------------------------------------------------------------------ the run
     def run(self, run_dir: Path, *, resume: bool = False) -> RunResult:
-        cfg = self.cfg
-        start = self.restore(run_dir) if resume else 0  # checked before anything is written
+        cfg, self.run_dir = self.cfg, run_dir
+        start, damaged = self._resume_point(run_dir) if resume else (0, [])
+        if resume and start == cfg.run.steps:
+            return RunResult(run_dir, start, {}, finished_before=True)  # nothing written
+        # Every check passed: from here on the run directory is written.
+        for old in damaged:  # out of resume's way, and out of the count of kept checkpoints
+            tqdm.write(f"warning: moved the damaged checkpoint {old.name} to {set_aside(old).name}")
         write_config(run_dir, cfg)
         self.best = read_best(run_dir) if resume else {}
         workers = self.backend.describe()
@@ -306,6 +373,7 @@ class Trainer:
             self.recorder.rollback(start)
         log = MetricsLog(run_dir, start_step=start, tensorboard=cfg.run.tensorboard)
         last: dict[str, float] = {}
+        step = start
         try:
             if start == 0 and self._eval_due(0):
                 last = self.evaluate(0)
@@ -332,7 +400,13 @@ class Trainer:
                 if done == cfg.run.steps or (every > 0 and done % every == 0):
                     self.save(run_dir, done)
             if self.recorder is not None:
-                self.recorder.flush()
+                with self._writing_store():
+                    self.recorder.flush()
+        except KeyboardInterrupt:  # Ctrl-C: one line that says where the run stands
+            raise KeyboardInterrupt(
+                f"interrupted at step {step + 1} of {cfg.run.steps}; "
+                f"{_last_checkpoint(run_dir)}; resume with graft train --resume {run_dir}"
+            ) from None
         finally:
             log.close()
         write_summary(run_dir, last, best=self.best)
@@ -353,10 +427,22 @@ class Trainer:
         self.pool.close()
 
 
-def train(cfg: Config, *, resume: bool = False) -> RunResult:
-    """Train according to `cfg`, writing into cfg.run.out_dir."""
+def _last_checkpoint(run_dir: Path) -> str:
+    """Where a stopped run stands, for its one-line message."""
+    last = latest_checkpoint(run_dir)
+    if last is None:
+        return "no checkpoint was written yet (a resume starts from step 0)"
+    return f"the last checkpoint (step {int(last.name[len(CHECKPOINT_PREFIX) :])}) is intact"
+
+
+def train(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:
+    """Train according to `cfg`, writing into cfg.run.out_dir. `overwrite`: a run already there
+    is moved aside (RUN_DIR.old-N), once every check passed and the models are loaded."""
     trainer = Trainer(cfg)
     try:
-        return trainer.run(Path(cfg.run.out_dir), resume=resume)
+        run_dir = Path(cfg.run.out_dir)
+        if overwrite and (aside := move_aside(run_dir)) is not None:
+            print(f"moved the previous run in {run_dir} to {aside}", file=sys.stderr)
+        return trainer.run(run_dir, resume=resume)
     finally:
         trainer.close()

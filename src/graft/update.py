@@ -9,6 +9,7 @@ ratio pi_theta / pi_old on its own tokenization (self and peer alike).
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ import torch
 from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
 from graft.loss import ObjectiveTerms, graft_objective, loss_coefficients
 from graft.modeling import distinct_pairs, sequence_logprobs
+from graft.precision import Precision
 from graft.types import TrainGroup, TrainSequence
 
 _ALGO, _ROLLOUT, _OPTIM, _EXCHANGE = AlgoConfig(), RolloutConfig(), OptimConfig(), ExchangeConfig()
@@ -53,6 +55,9 @@ class UpdateSettings:
     """Run each distinct prompt of a micro-batch once and attach its KV cache to its responses."""
     dedup_responses: bool = _ALGO.dedup_responses
     """Run each distinct (prompt, response) of a micro-batch once; every copy keeps its own loss."""
+    nonfinite: str = _ALGO.nonfinite
+    """A NaN/inf loss or gradient norm: no optimizer step; `stop` ends the update there, `skip`
+    goes on with the next minibatch (both counted in optim/nonfinite_steps)."""
 
     @classmethod
     def from_config(
@@ -89,6 +94,7 @@ _SAME_AS_ALGO = (
     "sort_by_length",
     "share_prompts",
     "dedup_responses",
+    "nonfinite",
 )
 """The settings copied unchanged from `algo`, under the same names."""
 
@@ -130,20 +136,23 @@ def _micro_loss(
     *,
     pad_id: int,
     ref_model: torch.nn.Module | None,
+    precision: Precision,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The forward pass of one micro-batch, its tensors, and the objective on them."""
+    """The forward pass of one micro-batch (in the compute dtype), its tensors, and the objective
+    on them (float32)."""
     prompts, responses = [q.prompt_ids for q in seqs], [q.response_ids for q in seqs]
 
     def logprobs(m: torch.nn.Module) -> torch.Tensor:
-        return sequence_logprobs(
-            m,
-            prompts,
-            responses,
-            pad_id=pad_id,
-            temperature=s.temperature,
-            share_prompts=s.share_prompts,
-            dedup_responses=s.dedup_responses,
-        )
+        with precision.forward():
+            return sequence_logprobs(
+                m,
+                prompts,
+                responses,
+                pad_id=pad_id,
+                temperature=s.temperature,
+                share_prompts=s.share_prompts,
+                dedup_responses=s.dedup_responses,
+            )
 
     logp_BT = logprobs(model)
     dev = logp_BT.device
@@ -236,12 +245,14 @@ def minibatch_backward(
     *,
     pad_id: int,
     ref_model: torch.nn.Module | None = None,
+    precision: Precision | None = None,
 ) -> dict[str, float]:
     """Accumulate the gradient of one minibatch's loss over micro-batches (no optimizer step).
 
     The aggregation coefficients are computed over the whole minibatch first, so the result does
     not depend on how the minibatch is cut into micro-batches.
     """
+    precision = precision or Precision()
     coef_B = sequence_coefficients(sequences, s)
     totals: dict[str, float] = {}
     keep = [i for i, q in enumerate(sequences) if not _zero_gradient(q, s)]
@@ -257,14 +268,29 @@ def minibatch_backward(
         if s.dedup_responses:  # copies run once; counted for train/duplicate_frac
             dup = float(duplicate_tokens(micro))
             totals["duplicate_tokens"] = totals.get("duplicate_tokens", 0.0) + dup
-        loss, stats = _micro_loss(model, micro, coef_B[idx], s, pad_id=pad_id, ref_model=ref_model)
-        loss.backward()
-        for key, value in stats.items():
-            v = float(value)
-            totals[key] = (
-                max(totals.get(key, v), v) if key == "ratio_max" else totals.get(key, 0.0) + v
-            )
+        loss, stats = _micro_loss(
+            model, micro, coef_B[idx], s, pad_id=pad_id, ref_model=ref_model, precision=precision
+        )
+        precision.backward(loss)
+        _accumulate(totals, {key: float(value) for key, value in stats.items()})
     return totals
+
+
+def _finite_step(norm: float, stats: dict[str, float], precision: Precision) -> bool:
+    """Whether a minibatch's loss and gradient norm are finite. With a float16 loss scaler an
+    overflow is the scaler's to handle (it skips the step and backs off), so that is finite here."""
+    if precision.scaler is not None:
+        return True
+    return math.isfinite(norm) and math.isfinite(stats.get("loss", 0.0))
+
+
+def _accumulate(sums: dict[str, float], stats: dict[str, float]) -> None:
+    """Add a minibatch's statistics to the update's (ratio_max: the largest)."""
+    for key, value in stats.items():
+        if key == "ratio_max":
+            sums[key] = max(sums.get(key, value), value)
+        else:
+            sums[key] = sums.get(key, 0.0) + value
 
 
 def train_on_batch(
@@ -277,13 +303,17 @@ def train_on_batch(
     ref_model: torch.nn.Module | None = None,
     set_lr: Callable[[], float] | None = None,
     seed: int = 0,
+    precision: Precision | None = None,
 ) -> dict[str, float]:
-    """The whole update for one rollout batch; returns metrics (means over optimizer steps)."""
+    """The whole update for one rollout batch; returns metrics (means over optimizer steps).
+    `precision`: the compute dtype and loss scaler (default: float32 throughout)."""
+    precision = precision or Precision()
     ordered = order_groups(groups, peer_position=s.peer_position, seed=seed)
     minibatches = split_minibatches(ordered, s.minibatches)
     params = [p for p in model.parameters() if p.requires_grad]
     sums: dict[str, float] = {}
     grad_norms: list[float] = []
+    nonfinite = 0
     lr = optimizer.param_groups[0]["lr"]
     for _ in range(s.epochs):
         for mb in minibatches:
@@ -292,20 +322,28 @@ def train_on_batch(
                 continue
             optimizer.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
-            stats = minibatch_backward(model, sequences, s, pad_id=pad_id, ref_model=ref_model)
+            stats = minibatch_backward(
+                model, sequences, s, pad_id=pad_id, ref_model=ref_model, precision=precision
+            )
             t1 = time.perf_counter()
+            precision.unscale(optimizer)
             max_norm = s.grad_clip if s.grad_clip > 0 else float("inf")
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+            if not _finite_step(norm, stats, precision):
+                optimizer.zero_grad(set_to_none=True)  # never reaches optimizer.step
+                nonfinite += 1
+                if s.nonfinite == "stop":
+                    break
+                continue
+            grad_norms.append(norm)
             if set_lr is not None:
                 lr = set_lr()
-            optimizer.step()
+            stats["skipped_steps"] = float(not precision.step(optimizer))
             stats["fwd_bwd_s"] = t1 - t0
             stats["optim_s"] = time.perf_counter() - t1
-            for key, value in stats.items():
-                if key == "ratio_max":
-                    sums[key] = max(sums.get(key, value), value)
-                else:
-                    sums[key] = sums.get(key, 0.0) + value
+            _accumulate(sums, stats)
+        if nonfinite and s.nonfinite == "stop":
+            break
     optimizer.zero_grad(set_to_none=True)
     num_steps = max(len(grad_norms), 1)
     tokens = max(sums.get("tokens", 0.0), 1.0)
@@ -329,6 +367,10 @@ def train_on_batch(
         "time/fwd_bwd_s": sums.get("fwd_bwd_s", 0.0),
         "time/optim_s": sums.get("optim_s", 0.0),
     }
+    if nonfinite or s.nonfinite == "skip":  # NaN/inf loss or gradient norm: steps not taken
+        out["optim/nonfinite_steps"] = float(nonfinite)
+    if precision.scaler is not None:  # float16 compute: steps the loss scaler skipped (overflow)
+        out["optim/skipped_steps"] = sums.get("skipped_steps", 0.0)
     if peer_tokens > 0:
         out["loss/peer_clip_frac"] = sums.get("peer_clipped", 0.0) / peer_tokens
     if s.kl_coef > 0:

@@ -20,4 +20,6 @@ class InProcessBackend(Backend):
         return {name: then(name, answer(self.policies[name], call)) for name, call in calls.items()}
 
     def close(self) -> None:
+        for policy in self.policies.values():
+            policy.close()
         self.policies.clear()

@@ -49,6 +49,7 @@ def _serve(conn: Connection, spec: PolicySpec) -> None:
         except (EOFError, OSError):
             return
         if message is None:
+            policy.close()
             return
         try:
             conn.send(("ok", answer(policy, message)))

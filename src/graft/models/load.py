@@ -2,8 +2,8 @@
 
 `cfg.path` may be `tiny:<preset>` (built locally by `graft.models.tiny`), a local checkpoint
 directory (a LoRA policy's checkpoint too: its base model with the adapter merged in), a local
-`.gguf` file (dequantized to `cfg.dtype`), or a Hugging Face hub name (needs the network or the
-local HF cache). Remote code is never trusted. Every failure is a `ModelLoadError`
+`.gguf` file (dequantized to `cfg.param_dtype`), or a Hugging Face hub name (needs the network or
+the local HF cache). Remote code is never trusted. Every failure is a `ModelLoadError`
 whose one-line message names the config key, the path and the cause.
 """
 
@@ -28,10 +28,10 @@ from transformers import (
 
 from graft.config import ModelConfig
 from graft.models.common import quiet_transformers
+from graft.precision import DTYPES
 
 __all__ = ["ModelLoadError", "load_model_and_tokenizer"]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -188,7 +188,7 @@ def _load_model(
 ) -> PreTrainedModel:
     from graft.models.lora import is_adapter_dir
 
-    dtype = _DTYPES[cfg.dtype]
+    dtype = DTYPES[cfg.param_dtype]  # the stored weights; forward passes autocast to cfg.dtype
     where = f"{key}.path: cannot load model from {source.shown!r}"
     if source.kind == "local" and is_adapter_dir(Path(source.location)):
         return _load_merged_adapter(source, cfg, key, cache_dir)
@@ -264,16 +264,18 @@ def load_model_and_tokenizer(
     device: str = "cpu",
     key: str = "model",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Model (eval mode, cfg.dtype, on `device`) and tokenizer (with eos and pad) for one policy.
+    """Model (eval mode, weights in cfg.param_dtype, on `device`) and tokenizer (with eos and pad)
+    for one policy.
 
     `cache_dir` is where `tiny:` presets are built (default `$GRAFT_CACHE` or ~/.cache/graft);
     `key` is the config key used in error messages, e.g. "models.0".
     """
     quiet_transformers()
-    if cfg.dtype not in _DTYPES:
-        raise ModelLoadError(
-            f"{key}.dtype: unknown dtype {cfg.dtype!r}; use one of {list(_DTYPES)}"
-        )
+    for field in ("dtype", "param_dtype"):
+        if getattr(cfg, field) not in DTYPES:
+            raise ModelLoadError(
+                f"{key}.{field}: unknown dtype {getattr(cfg, field)!r}; use one of {list(DTYPES)}"
+            )
     source = _resolve(cfg.path, f"{key}.path", cache_dir)
     tok_source = _resolve(cfg.tokenizer, f"{key}.tokenizer", cache_dir) if cfg.tokenizer else source
     model = _load_model(source, cfg, key, cache_dir)

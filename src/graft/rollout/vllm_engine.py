@@ -21,7 +21,32 @@ The engine is correct by construction in four ways:
 - **Weights.** After every update the policy's weights are loaded into the engine and its prefix
   cache is reset (vLLM leaves that to the caller), so no cached KV block from older weights is
   reused. Between samplings the engine sleeps (level 1: weights to CPU memory, KV cache freed),
-  which gives the GPU memory of its KV cache back to training.
+  which gives the GPU memory of its KV cache back to training. The weights arrive in the trainer's
+  storage dtype (float32 master weights) and are copied into vLLM's parameters of the engine's
+  dtype (`models.N.dtype`, the compute dtype): the copy rounds them to nearest, as autocast does.
+
+It also keeps vLLM 0.30 within what it can do on one machine:
+
+- **float32 precision.** vLLM runs float32 attention with its Triton kernels (FlashAttention and
+  FlashInfer take 16-bit types only), and Triton computes float32 dot products in TF32 on CUDA
+  unless told otherwise. A float32 engine therefore sets `TRITON_F32_DEFAULT=ieee` in the
+  environment before vLLM is imported and built, unless it is set already (the setting is
+  process-wide; it changes nothing for 16-bit kernels).
+- **KV-cache size.** vLLM's default fills a share of the GPU with KV cache. The engine passes
+  `kv_cache_memory_bytes` instead: what the sequences sampled at once need (rollout.batch_size, or
+  prompts_per_step x group_size) at max_model_len tokens each, plus a quarter, rounded up to
+  16-token blocks and to a MiB, at least `KV_FLOOR_BYTES`; capped at `rollout.vllm_gpu_memory` of
+  the device's memory less the engine's copy of the weights (refused in one line when that cap
+  cannot hold one sequence). vLLM still requires that share of the device free at start-up.
+- **One sleep-mode engine per process.** vLLM's sleep mode keeps all of a process's engine
+  memory in one allocator (a singleton), so one engine's sleep would put another's weights to
+  sleep. A second sleep-mode engine in a process is refused in one line (use run.backend
+  processes or ray); `close()` (or garbage collection) frees the place.
+- **One start-up at a time.** vLLM measures free device memory while it starts and while it first
+  sleeps, so engines of other processes starting at the same moment break its checks. Engine
+  start-up (building the LLM, the first weight sync and sleep) holds an exclusive lock on a file in
+  the system temp dir (`graft-vllm-startup-<uid>.lock`; `GRAFT_VLLM_STARTUP_LOCK` names another),
+  which serializes start-ups of one user's engines on one machine.
 
 Supported: vLLM 0.30.x (the release whose pins match graft's torch and transformers pins; see
 docs/scaling.md). Another installed version is refused at start-up with one line.
@@ -29,12 +54,17 @@ docs/scaling.md). Another installed version is refused at start-up with one line
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import functools
+import gc
 import importlib.metadata
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -47,7 +77,20 @@ from graft.types import FinishReason
 
 VLLM_SERIES = "0.30"
 """The vLLM release series this engine is written and pinned against (`graft-rl[vllm]`)."""
-INSTALL_ROUTE = "pip install 'graft-rl[vllm]' on Python 3.13 (see docs/scaling.md)"
+INSTALL_ROUTE = "pip install 'graft-rl[vllm]' (see docs/scaling.md)"
+
+MIB = 1 << 20
+KV_BLOCK_TOKENS = 16
+"""vLLM's KV-cache block on CUDA, in tokens: the KV-cache size is rounded up to whole blocks."""
+KV_MARGIN = (5, 4)
+"""The KV cache holds a quarter more than the sequences need (vLLM keeps one block back)."""
+KV_FLOOR_BYTES = 16 * MIB
+"""The smallest KV cache the engine asks for."""
+STARTUP_LOCK_ENV = "GRAFT_VLLM_STARTUP_LOCK"
+"""Names the start-up lock file instead of `graft-vllm-startup-<uid>.lock` in the temp dir."""
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# The config keys vLLM reads a model's KV-head count from (the first present wins).
+_KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
 
 # The config keys vLLM derives a model's length limit from (the smallest one present wins).
 _POSITION_KEYS = (
@@ -70,7 +113,7 @@ def check_vllm_version(installed: str | None) -> None:
     if installed != VLLM_SERIES and not installed.startswith(VLLM_SERIES + "."):
         raise ConfigError(
             f"rollout.engine: installed vLLM {installed} is not supported; graft runs vLLM "
-            f"{VLLM_SERIES}.x (built for torch 2.13, transformers 5.23): {INSTALL_ROUTE}"
+            f"{VLLM_SERIES}.x (vLLM 0.30 pins torch 2.13): {INSTALL_ROUTE}"
         )
 
 
@@ -107,6 +150,122 @@ def engine_length(max_prompt_tokens: int, max_new_tokens: int, limit: int | None
         )
     total = max_prompt_tokens + max_new_tokens
     return total if limit is None else min(total, limit)
+
+
+def prefer_ieee_float32(dtype: str, environ: MutableMapping[str, str] = os.environ) -> None:
+    """For a float32 engine, full-precision float32 dot products in Triton's kernels (vLLM's
+    float32 attention) instead of TF32, unless the environment chose already."""
+    if dtype == "float32":
+        environ.setdefault("TRITON_F32_DEFAULT", "ieee")
+
+
+def _text_config(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def kv_token_bytes(config: Any, dtype: str) -> int:
+    """Bytes of KV cache per token, as vLLM lays it out: a key and a value of every KV head in
+    every layer (head_dim, else hidden_size // num_attention_heads), in the engine's dtype."""
+    text = _text_config(config)
+    heads = int(text.num_attention_heads)
+    kv_heads = next((getattr(text, k) for k in _KV_HEAD_KEYS if getattr(text, k, None)), heads)
+    head_dim = getattr(text, "head_dim", None) or int(text.hidden_size) // heads
+    return 2 * int(text.num_hidden_layers) * int(kv_heads) * int(head_dim) * _DTYPE_BYTES[dtype]
+
+
+def rollout_sequences(rollout: RolloutConfig) -> int:
+    """Sequences the rollouts sample at once: rollout.batch_size, else the whole rollout batch."""
+    return rollout.batch_size or rollout.prompts_per_step * rollout.group_size
+
+
+def kv_cache_bytes(
+    *,
+    sequences: int,
+    max_model_len: int,
+    token_bytes: int,
+    device_memory: int | None = None,
+    share: float = 1.0,
+    weight_bytes: int = 0,
+) -> int:
+    """vLLM's `kv_cache_memory_bytes` for `sequences` sequences of `max_model_len` tokens: with a
+    quarter more, rounded up to whole blocks and to a MiB, at least KV_FLOOR_BYTES; at most `share`
+    of `device_memory` (None: not known) less `weight_bytes`."""
+    tokens = -(-sequences * max_model_len * KV_MARGIN[0] // KV_MARGIN[1])
+    tokens = -(-tokens // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    wanted = max(-(-tokens * token_bytes // MIB) * MIB, KV_FLOOR_BYTES)
+    if device_memory is None:
+        return wanted
+    cap = (int(device_memory * share) - weight_bytes) // MIB * MIB
+    one = -(-(max_model_len + KV_BLOCK_TOKENS) // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS * token_bytes
+    if cap < one:
+        raise ConfigError(
+            f"rollout.vllm_gpu_memory: {share} of the GPU's {device_memory / MIB:.0f} MiB, less "
+            f"the engine's {weight_bytes / MIB:.0f} MiB of weights, leaves {max(cap, 0) / MIB:.0f} "
+            f"MiB of KV cache, short of the {one / MIB:.1f} MiB one sequence of {max_model_len} "
+            "tokens needs; raise it, or lower rollout.max_prompt_tokens / max_new_tokens"
+        )
+    return min(wanted, cap)
+
+
+def device_memory() -> int | None:
+    """Total memory of the GPU vLLM runs on in this process (its first visible one); None: none."""
+    if not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def startup_lock_path() -> str:
+    return os.environ.get(STARTUP_LOCK_ENV) or os.path.join(
+        tempfile.gettempdir(), f"graft-vllm-startup-{os.getuid()}.lock"
+    )
+
+
+@contextlib.contextmanager
+def startup_lock(path: str | None = None) -> Iterator[None]:
+    """Hold the machine-wide vLLM start-up lock (an exclusive flock; the kernel drops it if the
+    process dies)."""
+    fd = os.open(path or startup_lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
+# The process's one sleep-mode engine: its policy's key and a weak reference to it.
+_sleep_owner: tuple[str, weakref.ref[VLLMEngine]] | None = None
+_sleep_owner_lock = threading.Lock()
+
+
+def _sleep_owner_key() -> str | None:
+    if _sleep_owner is None:
+        return None
+    key, ref = _sleep_owner
+    engine = ref()
+    return key if engine is not None and not engine.closed else None
+
+
+def claim_sleep_mode(engine: VLLMEngine, key: str) -> None:
+    """Make `engine` this process's sleep-mode engine, or refuse in one line if another is."""
+    global _sleep_owner
+    with _sleep_owner_lock:
+        if _sleep_owner_key() is not None:
+            gc.collect()  # an engine nothing references any more gives its place up
+        holder = _sleep_owner_key()
+        if holder is not None:
+            raise ConfigError(
+                f"{key}: rollout.engine=vllm cannot start a second sleep-mode vLLM engine in this "
+                f"process beside {holder}'s (vLLM keeps one sleep-mode engine per process); use "
+                "run.backend: processes or ray (one policy per process)"
+            )
+        _sleep_owner = (key, weakref.ref(engine))
+
+
+def release_sleep_mode(engine: VLLMEngine) -> None:
+    global _sleep_owner
+    with _sleep_owner_lock:
+        if _sleep_owner is not None and _sleep_owner[1]() in (engine, None):
+            _sleep_owner = None
 
 
 def logprobs_mode(temperature: float, top_p: float, top_k: int) -> str:
@@ -177,27 +336,67 @@ class VLLMEngine:
             rollout.max_prompt_tokens, rollout.max_new_tokens, self.limit
         )
         self.key = key
+        self.sleep_mode = sleep
+        self.closed = False
+        self._asleep: set[str] = set()
+        self._config_dir: tempfile.TemporaryDirectory[str] | None = None
+        self.llm: Any = None
+        if sleep:
+            claim_sleep_mode(self, key)
+        try:
+            self._start(model, rollout, dtype=dtype, seed=seed, mode=mode)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(
+        self, model: torch.nn.Module, rollout: RolloutConfig, *, dtype: str, seed: int, mode: str
+    ) -> None:
+        prefer_ieee_float32(dtype)  # before vLLM (and Triton) are imported and built
         self.vllm = load_vllm()
+        unique = {id(p): p.numel() for p in model.parameters()}  # tied weights once
+        self.kv_cache_bytes = kv_cache_bytes(
+            sequences=rollout_sequences(rollout),
+            max_model_len=self.max_model_len,
+            token_bytes=kv_token_bytes(model.config, dtype),
+            device_memory=device_memory(),
+            share=rollout.vllm_gpu_memory,
+            weight_bytes=sum(unique.values()) * _DTYPE_BYTES[dtype],
+        )
         self._config_dir = tempfile.TemporaryDirectory(prefix="graft-vllm-")
         write_engine_config(model, self._config_dir.name)
-        self.llm = self.vllm.LLM(
-            model=self._config_dir.name,
-            load_format="dummy",  # replaced by the policy's weights below
-            skip_tokenizer_init=True,
-            generation_config="vllm",  # no sampling defaults from the model's files
-            dtype=dtype,
-            gpu_memory_utilization=rollout.vllm_gpu_memory,
-            max_model_len=self.max_model_len,
-            seed=seed,
-            trust_remote_code=False,
-            enable_prefix_caching=True,
-            enable_sleep_mode=sleep,
-            logprobs_mode=mode,
-        )
-        self.sleep_mode = sleep
-        self._asleep: set[str] = set()
-        self.sync_weights(model.named_parameters())
-        self._sleep()
+        with startup_lock():  # vLLM's start-up and first sleep measure free device memory
+            self.llm = self.vllm.LLM(
+                model=self._config_dir.name,
+                load_format="dummy",  # replaced by the policy's weights below
+                skip_tokenizer_init=True,
+                generation_config="vllm",  # no sampling defaults from the model's files
+                dtype=dtype,
+                gpu_memory_utilization=rollout.vllm_gpu_memory,
+                kv_cache_memory_bytes=self.kv_cache_bytes,
+                max_model_len=self.max_model_len,
+                seed=seed,
+                trust_remote_code=False,
+                enable_prefix_caching=True,
+                enable_sleep_mode=self.sleep_mode,
+                logprobs_mode=mode,
+            )
+            self.sync_weights(model.named_parameters())
+            self._sleep()
+
+    def close(self) -> None:
+        """Drop the vLLM engine (its memory goes when it is collected) and free this process's
+        sleep-mode place. Idempotent."""
+        self.closed = True
+        self.llm = None
+        release_sleep_mode(self)
+        if self._config_dir is not None:
+            self._config_dir.cleanup()
+            self._config_dir = None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"{self.key}: the vLLM engine is closed")
 
     # ----------------------------------------------------------------- sleep mode
     def _sleep(self) -> None:
@@ -225,6 +424,7 @@ class VLLMEngine:
         """One sample per prompt row. The log-probs are the trainer's for the rollout settings the
         engine was built with; other settings (evaluation) get the same mode's values, which
         evaluation does not read."""
+        self._check_open()
         for p in prompts:
             if len(p) + params.max_new_tokens > self.max_model_len:
                 raise DataError(
@@ -270,6 +470,9 @@ class VLLMEngine:
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load the trainer's current weights into the engine, then drop its prefix cache."""
+        self._check_open()
+        # The trainer's dtype (float32 masters): vLLM's loaders copy_ into its parameters, which
+        # rounds to the engine's dtype; no second copy of the weights is made here.
         weights = [(name, t.detach()) for name, t in named_tensors]
         self._wake(["weights"])
         for missing in self.llm.apply_model(functools.partial(_load_into, weights)):

@@ -1,4 +1,4 @@
-"""Trajectory store: every rollout with its provenance, in sharded Parquet, for reuse."""
+"""Trajectory store: every rollout with its provenance, in sharded and checksummed Parquet."""
 
 from graft.store.reader import (
     DamagedShardError,

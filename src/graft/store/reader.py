@@ -1,9 +1,15 @@
 """Reading a trajectory store: listing, validation, filtered scans, lookups by prompt id.
 
+Every read of a shard first proves it: its bytes are hashed as they are read and compared with the
+sha256, byte size and row count recorded when it was written (checksum.py), and only then parsed.
 A damaged shard is never skipped silently: a strict store (the default) raises an error naming it;
 with `strict=False` it is skipped, recorded in `problems` and passed to `on_damage`. Foreign files
 and writes that never finished are listed and ignored. A shard written by a NEWER schema than this
 code knows is refused with an error, never misread.
+
+In a store whose store.json records checksums, a shard without its checksum is damaged. A store
+written before graft recorded checksums stays readable: its shards without a checksum are read,
+but listed as `unverified` (by `info`, `validate` and the CLI), never passed off as proven.
 """
 
 from __future__ import annotations
@@ -20,6 +26,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graft.errors import DataError
+from graft.store.checksum import (
+    ALGORITHM,
+    CHECKSUMS_DIR,
+    mismatch,
+    parse_record,
+    read_hashed,
+    shard_rel_of,
+    sidecar_rel,
+)
 from graft.store.fs import open_filesystem
 from graft.store.schema import COLUMNS, FORMAT_NAME, INDEX_COLUMNS, SCHEMA_VERSION
 
@@ -54,6 +69,7 @@ class Report:
     rows: int = 0
     problems: list[tuple[str, str]] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -73,13 +89,30 @@ class TrajectoryStore:
         self.strict = strict
         self.on_damage = on_damage
         self.fs, self.root = open_filesystem(uri)
-        marker = self.fs.get_file_info(f"{self.root}/store.json")
-        if marker.type != pa.fs.FileType.File:
-            raise StoreError(f"{uri}: not a graft trajectory store (no store.json)")
+        self.checksums = self._checksum_algorithm()
         self.problems: list[tuple[str, str]] = []
+        self.unverified: list[str] = []  # shards read without a checksum (an older store)
         self._cache: OrderedDict[str, pa.Table] = OrderedDict()
         self._cache_size = cache_shards
         self._index: dict[tuple[str, str | None], dict[str, list[tuple[int, Shard]]]] = {}
+
+    def _checksum_algorithm(self) -> str | None:
+        """The store's checksum algorithm from store.json (None: written before checksums)."""
+        marker = f"{self.root}/store.json"
+        if self.fs.get_file_info(marker).type != pa.fs.FileType.File:
+            raise StoreError(f"{self.uri}: not a graft trajectory store (no store.json)")
+        try:
+            with self.fs.open_input_stream(marker) as f:
+                meta = json.loads(f.read().decode())
+        except (OSError, ValueError) as err:
+            raise StoreError(f"{self.uri}: unreadable store.json ({err})") from None
+        algorithm = meta.get("checksums") if isinstance(meta, dict) else None
+        if algorithm not in (None, ALGORITHM):
+            raise StoreError(
+                f"{self.uri}: store.json names checksums {algorithm!r}, which this graft cannot "
+                f"verify (it knows {ALGORITHM!r}); upgrade graft to read this store"
+            )
+        return algorithm
 
     # ----------------------------------------------------------------- listing
     def listing(self) -> tuple[list[Shard], list[tuple[str, str]], list[str]]:
@@ -120,18 +153,54 @@ class TrajectoryStore:
         return out
 
     # ----------------------------------------------------------------- shards
-    def read_shard(self, shard: Shard, columns: Sequence[str] | None = None) -> pa.Table:
-        """One shard, checked: graft format, known schema version, expected columns."""
-        rel = shard.path[len(self.root) + 1 :]
+    def _checksum(self, rel: str) -> dict[str, Any] | None:
+        """The shard's recorded checksum; None when it has none in a store from before checksums.
+        Raises StoreError when it is missing (in a checksummed store) or unreadable."""
+        path = f"{self.root}/{sidecar_rel(rel)}"
         try:
-            with self.fs.open_input_file(shard.path) as f:
-                pf = pq.ParquetFile(f)
-                meta = pf.schema_arrow.metadata or {}
-                if meta.get(b"graft.format", b"").decode() != FORMAT_NAME:
-                    raise StoreError(f"{rel}: not written by graft (no graft format marker)")
-                version = int(meta.get(b"graft.schema_version", b"0"))
-                missing = [c for c in (columns or COLUMNS) if c not in pf.schema_arrow.names]
-                table = None if version > SCHEMA_VERSION or missing else pf.read(columns=columns)
+            with self.fs.open_input_stream(path) as f:
+                body = f.read()
+        except OSError as err:
+            if self.fs.get_file_info(path).type != pa.fs.FileType.NotFound:
+                raise StoreError(f"{rel}: unreadable checksum {sidecar_rel(rel)} ({err})") from None
+            if self.checksums is None:
+                return None
+            raise StoreError(
+                f"{rel}: damaged shard (its checksum {sidecar_rel(rel)} is missing, so its rows "
+                f"cannot be proven intact)"
+            ) from None
+        try:
+            return parse_record(body, shard_rel=rel)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise StoreError(f"{rel}: damaged checksum {sidecar_rel(rel)} ({err})") from None
+
+    def _proven_bytes(self, rel: str, path: str) -> tuple[pa.Buffer, dict[str, Any] | None]:
+        """The shard's bytes, proven against its checksum (record None: an unverified shard)."""
+        record = self._checksum(rel)
+        try:
+            data, digest = read_hashed(self.fs, path)
+        except Exception as exc:
+            raise StoreError(f"{rel}: unreadable shard ({type(exc).__name__}: {exc})") from None
+        if record is None:
+            if rel not in self.unverified:
+                self.unverified.append(rel)
+        elif why := mismatch(record, data, digest):
+            raise StoreError(f"{rel}: damaged shard ({why})")
+        return data, record
+
+    def read_shard(self, shard: Shard, columns: Sequence[str] | None = None) -> pa.Table:
+        """One shard, checked: its checksum first, then graft format, known schema version,
+        expected columns and the recorded row count."""
+        rel = shard.path[len(self.root) + 1 :]
+        data, record = self._proven_bytes(rel, shard.path)
+        try:
+            pf = pq.ParquetFile(pa.BufferReader(data))
+            meta = pf.schema_arrow.metadata or {}
+            if meta.get(b"graft.format", b"").decode() != FORMAT_NAME:
+                raise StoreError(f"{rel}: not written by graft (no graft format marker)")
+            version = int(meta.get(b"graft.schema_version", b"0"))
+            missing = [c for c in (columns or COLUMNS) if c not in pf.schema_arrow.names]
+            table = None if version > SCHEMA_VERSION or missing else pf.read(columns=columns)
         except StoreError:
             raise
         except Exception as exc:
@@ -143,6 +212,11 @@ class TrajectoryStore:
             )
         if missing:
             raise StoreError(f"{rel}: missing columns {missing}")
+        if record is not None and table.num_rows != record["rows"]:
+            raise StoreError(
+                f"{rel}: damaged shard ({table.num_rows} rows, its checksum records "
+                f"{record['rows']})"
+            )
         if "token_ids" in table.column_names and "logprobs" in table.column_names:
             num_logprobs = pc.list_value_length(table["logprobs"])
             lengths_ok = pc.all(  # records imported without log-probs have none at all
@@ -287,6 +361,8 @@ class TrajectoryStore:
 
     # ----------------------------------------------------------------- summaries
     def validate(self) -> Report:
+        """Every shard proven against its checksum and read whole (every row group, every
+        column); every other file under shards/ and checksums/ accounted for."""
         shards, foreign, partial = self.listing()
         report = Report(problems=list(foreign), incomplete=partial)
         for shard in shards:
@@ -298,7 +374,26 @@ class TrajectoryStore:
                 continue
             report.shards += 1
             report.rows += table.num_rows
+        self._sidecars(shards, report)
+        report.unverified = [r for r in self.unverified if r not in dict(report.problems)]
         return report
+
+    def _sidecars(self, shards: Sequence[Shard], report: Report) -> None:
+        """Sidecars without their shard are interrupted writes; other files there are foreign."""
+        names = {s.path[len(self.root) + 1 :] for s in shards}
+        selector = pa.fs.FileSelector(
+            f"{self.root}/{CHECKSUMS_DIR}", recursive=True, allow_not_found=True
+        )
+        for info in self.fs.get_file_info(selector):
+            if info.type != pa.fs.FileType.File:
+                continue
+            rel = info.path[len(self.root) + 1 :]
+            if info.base_name.startswith(".") and info.base_name.endswith(".tmp"):
+                report.incomplete.append(rel)
+            elif not (rel.endswith(".parquet.json") and _SHARD.search(shard_rel_of(rel))):
+                report.problems.append((rel, "not a graft checksum (unexpected name); ignored"))
+            elif shard_rel_of(rel) not in names:
+                report.incomplete.append(rel)
 
     def info(self) -> dict[str, Any]:
         """Per-model summaries. Every column is read, so that any damaged shard shows up (raised
@@ -325,5 +420,7 @@ class TrajectoryStore:
             "models": models,
             "prompts": len(set(table["prompt_id"].to_pylist())),
             "schema_versions": sorted(set(table["schema_version"].to_pylist())),
+            "checksums": self.checksums,
             "problems": list(self.problems),
+            "unverified": list(self.unverified),
         }

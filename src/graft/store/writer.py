@@ -2,13 +2,19 @@
 
 Layout under the store root (local path, or any pyarrow / fsspec filesystem URI):
 
-    store.json                                  format name and schema version
+    store.json                                  format name, schema version, checksum algorithm
     runs/<run_id>.json                          run metadata: config, package versions, git commit
     shards/run=<run_id>/model=<model>/step_NNNNNNNN.parquet     one shard per policy and step
+    checksums/run=<run_id>/model=<model>/step_NNNNNNNN.parquet.json   its sha256, bytes and rows
 
-A shard is written to a hidden temporary name and renamed when complete, so a writer killed in the
-middle of a write leaves only a `.tmp` file that readers never read. Rows within a shard are sorted
-by prompt id.
+A shard is written to a hidden temporary name, its checksum sidecar is written next, and the shard
+is renamed into place last, so a writer killed in the middle of a write leaves only a `.tmp` file
+(and perhaps a sidecar without its shard) that readers never read, and every visible shard has its
+checksum. Rows within a shard are sorted by prompt id.
+
+A store created before checksums (its store.json names no checksum algorithm) stays such a store
+when a newer graft appends to it: its new shards get checksums, its old ones are read as
+"unverified" (see reader.py).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from graft.store.checksum import ALGORITHM, record_for, sidecar_rel
 from graft.store.fs import open_filesystem
 from graft.store.schema import FORMAT_NAME, SCHEMA_VERSION, to_table
 
@@ -76,7 +83,8 @@ class StoreWriter:
         self._write_json(f"{self.root}/runs/{run_id}.json", dict(run_meta))
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
-        self.seconds_writing = 0.0
+        self.seconds_writing = 0.0  # wall clock on the writer thread
+        self.cpu_seconds_writing = 0.0  # its CPU time: what the store costs, however busy the box
         self._thread = None
         if background:
             self._thread = threading.Thread(target=self._drain, name="graft-store", daemon=True)
@@ -88,7 +96,8 @@ class StoreWriter:
         info = self.fs.get_file_info(marker)
         if info.type == pa.fs.FileType.NotFound:
             self.fs.create_dir(self.root, recursive=True)
-            self._write_json(marker, {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION})
+            body = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "checksums": ALGORITHM}
+            self._write_json(marker, body)
             return
         check_store_target(self.uri)
 
@@ -110,7 +119,7 @@ class StoreWriter:
             self._queue.put((model, step, columns))
 
     def _write_shard(self, model: str, step: int, columns: Mapping[str, list]) -> None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         table = to_table(columns)
         if table.num_rows:
             table = table.take(
@@ -120,10 +129,17 @@ class StoreWriter:
         self.fs.create_dir(directory, recursive=True)
         final = f"{directory}/{shard_name(step)}"
         tmp = f"{directory}/.{shard_name(step)}.tmp"
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS)
+        data = sink.getvalue()
         with self.fs.open_output_stream(tmp) as f:
-            pq.write_table(table, f, row_group_size=ROW_GROUP_ROWS)
-        self.fs.move(tmp, final)
+            f.write(data)
+        rel = final[len(self.root) + 1 :]
+        record = record_for(data, shard_rel=rel, rows=table.num_rows)
+        self._write_json(f"{self.root}/{sidecar_rel(rel)}", record)  # before the shard is visible
+        self.fs.move(tmp, final)  # the commit: the shard appears with its checksum in place
         self.seconds_writing += time.perf_counter() - start
+        self.cpu_seconds_writing += time.thread_time() - cpu
 
     def _drain(self) -> None:
         while True:
@@ -151,22 +167,24 @@ class StoreWriter:
         self._raise_pending()
 
     def rollback(self, after_step: int) -> int:
-        """Delete this run's shards of steps after `after_step` (a resume will write them again).
-        Returns how many were removed."""
+        """Delete this run's shards of steps after `after_step` (a resume will write them again),
+        then their checksums. Returns how many shards were removed."""
         self.flush()
         removed = 0
-        base = f"{self.root}/shards/run={self.run_id}"
-        selector = pa.fs.FileSelector(base, recursive=True, allow_not_found=True)
-        for info in self.fs.get_file_info(selector):
-            name = info.base_name
-            if info.type != pa.fs.FileType.File:
-                continue
-            if name.startswith("."):
-                self.fs.delete_file(info.path)  # leftovers of an interrupted write
-                continue
-            if name.startswith(SHARD_PREFIX) and int(name[len(SHARD_PREFIX) : -8]) > after_step:
-                self.fs.delete_file(info.path)
-                removed += 1
+        for tree in ("shards", "checksums"):  # shards first: a shard never outlives its checksum
+            base = f"{self.root}/{tree}/run={self.run_id}"
+            selector = pa.fs.FileSelector(base, recursive=True, allow_not_found=True)
+            for info in self.fs.get_file_info(selector):
+                name = info.base_name
+                if info.type != pa.fs.FileType.File:
+                    continue
+                if name.startswith("."):
+                    self.fs.delete_file(info.path)  # leftovers of an interrupted write
+                    continue
+                step = name[len(SHARD_PREFIX) :].split(".", 1)[0]
+                if name.startswith(SHARD_PREFIX) and step.isdigit() and int(step) > after_step:
+                    self.fs.delete_file(info.path)
+                    removed += 1 if tree == "shards" else 0
         return removed
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.config import MathDataConfig
+from graft.configlib import expand_user
 from graft.errors import DataError
 from graft.tasks.answer import last_boxed
 from graft.types import Problem
@@ -84,10 +85,14 @@ def _read_parquet(path: Path, limit: int, wanted: tuple[str, ...]) -> Iterator[R
         raise DataError(f"unreadable Parquet file {path}: {exc}") from None
     _require_columns(names, wanted, str(path))
     columns = [*wanted, "skill"] if "skill" in names else list(wanted)
-    table = pq.read_table(path, columns=columns)
-    if limit:
-        table = table.slice(0, limit)
-    yield from enumerate(table.to_pylist(), start=1)
+    try:  # a damaged data page (e.g. corrupt compressed data) shows only when it is read
+        table = pq.read_table(path, columns=columns)
+        if limit:
+            table = table.slice(0, limit)
+        rows = table.to_pylist()
+    except Exception as exc:
+        raise DataError(f"unreadable Parquet file {path}: {' '.join(str(exc).split())}") from None
+    yield from enumerate(rows, start=1)
 
 
 def _read_hub(name: str, split: str, cfg: MathDataConfig, key: str) -> Iterator[Row]:
@@ -118,9 +123,11 @@ def _read_hub(name: str, split: str, cfg: MathDataConfig, key: str) -> Iterator[
 
 def _rows(source: str, split: str, cfg: MathDataConfig, key: str) -> tuple[Iterator[Row], str]:
     """Rows of a source and the name to use for it in messages."""
-    path = Path(source).expanduser()
+    path = Path(expand_user(source, key))
     suffix = path.suffix.lower()
     if suffix in _FILE_SUFFIXES or suffix in _UNSUPPORTED_SUFFIXES or path.is_dir():
+        if path.is_dir():
+            raise DataError(f"{key}: {source} is a directory; name a .jsonl or .parquet file")
         if not path.is_file():
             raise FileNotFoundError(
                 f"{key}: data file not found: {source} (resolved: {path.resolve()})"

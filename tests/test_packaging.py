@@ -1,0 +1,118 @@
+"""Dependency ranges and the two constraints files that test them at both ends.
+
+pyproject.toml declares ranges (a lower bound and an upper bound for every requirement, main and
+extras); constraints.txt pins what `make setup` / `make test` install (the newest tested versions),
+constraints-min.txt what `make test-min` installs (each direct dependency at its lower bound).
+Both pin torch: an unpinned torch would pull a multi-GB CUDA build.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+# torch's lower bound (2.11) is declared but not what constraints-min.txt installs: the CPU wheel
+# at hand is 2.13.0, so `make test-min` runs everything else at its lower bound with that torch.
+NOT_AT_LOWER_BOUND_IN_MIN = {"torch"}
+
+
+def _project() -> dict:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def _requirements() -> list[tuple[str, Requirement]]:
+    """(where, requirement) for every main and extra requirement."""
+    project = _project()
+    found = [("dependencies", Requirement(r)) for r in project["dependencies"]]
+    for extra, reqs in project["optional-dependencies"].items():
+        found += [(f"extra {extra!r}", Requirement(r)) for r in reqs]
+    return found
+
+
+def _direct() -> dict[str, Requirement]:
+    """The main and dev requirements by canonical name (what `pip install -e .[dev]` asks for)."""
+    project = _project()
+    names = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+    reqs = [Requirement(r) for r in names]
+    return {canonicalize_name(r.name): r for r in reqs}
+
+
+def _pins(name: str) -> dict[str, Version]:
+    """name -> version of a constraints file; every line is `name==version` (or a comment)."""
+    pins: dict[str, Version] = {}
+    for raw in (ROOT / name).read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        req = Requirement(line)
+        specs = list(req.specifier)
+        assert len(specs) == 1 and specs[0].operator == "==", f"{name}: not an exact pin: {raw!r}"
+        key = canonicalize_name(req.name)
+        assert key not in pins, f"{name}: {req.name} pinned twice"
+        pins[key] = Version(specs[0].version)
+    return pins
+
+
+def _lower_bound(req: Requirement) -> Version:
+    lows = [Version(s.version) for s in req.specifier if s.operator in (">=", "~=")]
+    assert len(lows) == 1, f"{req}: needs exactly one lower bound (>= or ~=)"
+    return lows[0]
+
+
+def test_every_requirement_is_a_range_with_both_bounds():
+    for where, req in _requirements():
+        ops = {s.operator for s in req.specifier}
+        assert "==" not in ops and "===" not in ops, f"{where}: {req} is an exact pin"
+        assert ops & {">=", "~="}, f"{where}: {req} has no lower bound"
+        assert ops & {"<", "<=", "~="}, f"{where}: {req} has no upper bound"
+        lower = _lower_bound(req)
+        assert lower in req.specifier, f"{where}: {req} excludes its own lower bound"
+
+
+def test_an_extra_repeats_the_dev_range_of_the_same_package():
+    """`pip install graft-rl[ray]` gets the range that `make test` / `make test-min` tested."""
+    dev = {
+        canonicalize_name(r.name): r
+        for r in map(Requirement, _project()["optional-dependencies"]["dev"])
+    }
+    for where, req in _requirements():
+        key = canonicalize_name(req.name)
+        if where not in ("dependencies", "extra 'dev'") and key in dev:
+            assert req.specifier == dev[key].specifier, f"{where}: {req} vs dev {dev[key]}"
+
+
+def test_constraints_min_holds_each_direct_dependency_at_its_lower_bound():
+    pins = _pins("constraints-min.txt")
+    direct = _direct()
+    assert set(pins) == set(direct), "constraints-min.txt must name exactly the direct dependencies"
+    for name, req in direct.items():
+        if name in NOT_AT_LOWER_BOUND_IN_MIN:
+            assert pins[name] in req.specifier, f"constraints-min.txt: {name} outside {req}"
+            continue
+        assert pins[name] == _lower_bound(req), (
+            f"constraints-min.txt pins {name}=={pins[name]}, pyproject's lower bound is "
+            f"{_lower_bound(req)}"
+        )
+
+
+def test_constraints_pins_each_direct_dependency_inside_its_range():
+    pins = _pins("constraints.txt")
+    for name, req in _direct().items():
+        assert name in pins, f"constraints.txt does not pin {name}"
+        assert pins[name] in req.specifier, f"constraints.txt: {name}=={pins[name]} outside {req}"
+
+
+@pytest.mark.parametrize("name", ["constraints.txt", "constraints-min.txt"])
+def test_torch_is_pinned_in_both_constraints_files(name):
+    assert "torch" in _pins(name), f"{name} must pin torch (else pip pulls a CUDA build)"
+
+
+def test_python_versions():
+    assert _project()["requires-python"] == ">=3.11"
