@@ -116,3 +116,16 @@ def test_torch_is_pinned_in_both_constraints_files(name):
 
 def test_python_versions():
     assert _project()["requires-python"] == ">=3.11"
+
+
+def test_gguf_loading_refuses_transformers_below_5_18_in_one_line(tmp_path, monkeypatch):
+    """transformers 5.17 (the lower bound) mis-reads a Llama .gguf file's eos token; loading one
+    there is refused by name instead of training with the wrong stop token."""
+    from graft.config import ModelConfig
+    from graft.models import ModelLoadError, load, load_model_and_tokenizer
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(load, "transformers_version", lambda: "5.17.0")
+    with pytest.raises(ModelLoadError, match=r"^models\.0\.path: .*needs transformers >= 5\.18"):
+        load_model_and_tokenizer(ModelConfig(path=str(gguf)), key="models.0")

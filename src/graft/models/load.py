@@ -130,6 +130,25 @@ def _no_gguf_progress() -> Iterator[None]:
         gguf_utils.tqdm = original
 
 
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _require_gguf_transformers(where: str) -> None:
+    """transformers 5.17's GGUF tokenizer converter gives a Llama file its bos token as eos (and
+    fails on a file without bos); 5.18 reads it right."""
+    from packaging.version import Version
+
+    installed = transformers_version()
+    if Version(installed).release < (5, 18):
+        raise ModelLoadError(
+            f"{where}: loading a .gguf file needs transformers >= 5.18 (installed {installed} "
+            "mis-reads its eos token); pip install 'graft-rl[gguf]'"
+        )
+
+
 def _load_gguf_model(source: _Source, dtype: torch.dtype) -> PreTrainedModel:
     """A GGUF checkpoint dequantized to `dtype`, as a plain (trainable, saveable) model.
 
@@ -194,6 +213,8 @@ def _load_model(
         return _load_merged_adapter(source, cfg, key, cache_dir)
     if source.kind == "local" and not (Path(source.location) / "config.json").is_file():
         raise ModelLoadError(f"{where}: no config.json in the directory (not a model checkpoint)")
+    if source.kind == "gguf":
+        _require_gguf_transformers(where)
     try:
         if source.kind == "gguf":
             return _load_gguf_model(source, dtype)
