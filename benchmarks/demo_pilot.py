@@ -17,9 +17,9 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from graft.compare import CURVE_MEAN
-from graft.demo import MODELS, WEAK, DemoSettings
-from graft.demo_report import regime_result, run_all
+from graft.evidence.compare import CURVE_MEAN
+from graft.evidence.demo import MODELS, WEAK, DemoSettings
+from graft.evidence.demo_report import regime_result, run_all
 
 
 def main() -> None:

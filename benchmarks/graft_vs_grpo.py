@@ -27,7 +27,7 @@ from pathlib import Path
 from common import emit, peak_rss_mib, process_peak_rss_mib, summary
 
 from graft.config import Config, load_config
-from graft.trainer import Trainer
+from graft.training.trainer import Trainer
 
 
 def _computed_tokens(metrics: dict[str, float], names: list[str]) -> float:

@@ -35,9 +35,9 @@ from graft.config import (
     OptimConfig,
     RolloutConfig,
 )
-from graft.policy import PolicySpec
 from graft.rollout import SamplingParams
 from graft.tasks.arithmetic import ArithmeticTask
+from graft.training.policy import PolicySpec
 from graft.types import TrainGroup, TrainSequence
 
 MIB = 2**20

@@ -16,7 +16,7 @@ import time
 from common import emit, peak_rss_mib, process_peak_rss_mib, summary
 
 from graft.config import Config, load_config
-from graft.trainer import Trainer
+from graft.training.trainer import Trainer
 
 
 def main() -> None:

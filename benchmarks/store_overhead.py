@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 from common import emit, peak_rss_mib, summary
 
 from graft.config import Config, load_config
-from graft.recorder import Recorder
 from graft.store import TrajectoryStore
-from graft.trainer import Trainer
+from graft.training.recorder import Recorder
+from graft.training.trainer import Trainer
 
 
 def main() -> None:

@@ -137,7 +137,7 @@ def _policy(ctx: Context, device: str, dtype: str, param_dtype: str = "float32",
     import warnings
 
     from graft.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig
-    from graft.policy import Policy, PolicySpec
+    from graft.training.policy import Policy, PolicySpec
 
     model = ModelConfig(
         name="llama",
@@ -273,9 +273,9 @@ def check_graft_run(ctx: Context) -> dict:
 def check_update_speed(ctx: Context) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from graft.precision import Precision
+    from graft.training.precision import Precision
+    from graft.training.update import UpdateSettings, train_on_batch
     from graft.types import TrainGroup, TrainSequence
-    from graft.update import UpdateSettings, train_on_batch
 
     hidden, layers, rows, length = (768, 12, 16, 512) if not ctx.quick else (128, 2, 4, 64)
     vocab = 4096 if ctx.quick else 32000

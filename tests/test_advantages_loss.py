@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from graft.groups import drgrpo_advantages, grpo_advantages
-from graft.loss import (
+from graft.training.groups import drgrpo_advantages, grpo_advantages
+from graft.training.loss import (
     aggregate,
     clipped_surrogate,
     graft_objective,

@@ -128,7 +128,7 @@ def value_case(name: str, *assignments: str, culprit: str = "") -> tuple[str, li
     return (name, [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={M}", *assignments)], key)
 
 
-# One validation pass over every config value, before anything is created (config_checks).
+# One validation pass over every config value, before anything is created (graft.config.checks).
 VALUES = [
     value_case("optim-eps-zero", "models.0.optim.eps=0"),
     value_case("optim-eps-inf", "models.0.optim.eps=inf"),

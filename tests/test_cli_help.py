@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from graft.cli import _parser, main
+from graft.cli import build_parser, main
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
@@ -19,7 +19,7 @@ def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
                 yield from _commands(sub, (*prefix, name))
 
 
-COMMANDS = list(_commands(_parser()))
+COMMANDS = list(_commands(build_parser()))
 
 
 def test_every_command_is_covered():

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from graft.cli import main
-from graft.compare import Unit, compare_runs, compare_units
 from graft.config import Config, load_config, to_dict
-from graft.stats import (
+from graft.evidence.compare import Unit, compare_runs, compare_units
+from graft.evidence.stats import (
     bootstrap_ratio,
     paired_interval,
     percentile_bootstrap_mean,

@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from graft.cli import main
-from graft.demo import ALL_METHODS, MAIN_METHODS, MODELS
+from graft.evidence.demo import ALL_METHODS, MAIN_METHODS, MODELS
 from graft.rundir import read_metrics
 
 LABELS = [ALL_METHODS[k].label for k in MAIN_METHODS]

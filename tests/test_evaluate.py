@@ -8,9 +8,9 @@ import pytest
 from PIL import Image
 
 from graft.cli import main
-from graft.evaluate import EvalSettings, avg_at_k, evaluate_runs, pass_at_k
-from graft.report import markdown_table, write_eval
-from graft.suites import load_suites
+from graft.eval.evaluate import EvalSettings, avg_at_k, evaluate_runs, pass_at_k
+from graft.eval.report import markdown_table, write_eval
+from graft.eval.suites import load_suites
 from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Rollout
 
@@ -159,7 +159,7 @@ def test_run_directory_gives_curves_table_and_best_checkpoint(tmp_path):
     assert main(["plot", str(run_dir), str(run_dir), "--out", str(png)]) == 0
     with Image.open(png) as image:
         assert image.format == "PNG" and image.size[0] > 400
-    from graft.report import plot_runs
+    from graft.eval.report import plot_runs
 
     counts = plot_runs([run_dir, run_dir], tmp_path / "again.png")
     assert counts == {"reward": 2, "eval": 4}  # 2 runs x (test, val)

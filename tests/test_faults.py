@@ -23,10 +23,10 @@ from safetensors.torch import load_file
 from graft.cli import main
 from graft.config import ExchangeConfig
 from graft.exchange import StoredPeer
-from graft.groups import group_advantages, make_groups
 from graft.rundir import checkpoint_problems, read_metrics, write_manifest
 from graft.store import Provenance, StoreWriter, group_rows
 from graft.tasks.pool import VerifierPool
+from graft.training.groups import group_advantages, make_groups
 from graft.types import Completion, Problem, Rollout, Verdict
 
 SMALL = [
@@ -263,7 +263,7 @@ def test_a_full_disk_anywhere_else_names_the_path(runs, monkeypatch, capsys):
     """Any other write that hits ENOSPC (here the summary) is one line naming the file."""
     import errno
 
-    import graft.trainer
+    import graft.training.trainer
 
     run = runs["root"] / "disk_full_summary"
     shutil.copytree(runs["split"], run)
@@ -271,7 +271,7 @@ def test_a_full_disk_anywhere_else_names_the_path(runs, monkeypatch, capsys):
     def full(run_dir, *_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "summary.json"))
 
-    monkeypatch.setattr(graft.trainer, "write_summary", full)
+    monkeypatch.setattr(graft.training.trainer, "write_summary", full)
     assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no space left on device" in err and "summary.json" in err and "\n" not in err
@@ -304,13 +304,13 @@ def test_an_export_aimed_at_the_store_itself_is_refused(runs, tmp_path, monkeypa
         assert err.startswith("graft: error: --out") and "\n" not in err, err
     assert _tree(store) == before
     assert main(["store", "validate", str(store)]) == 0
-    import graft.cli
+    import graft.cli.store
 
     def stops_half_way(table, out):
         out.write("{}\n")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(graft.cli, "_write_rows", stops_half_way)
+    monkeypatch.setattr(graft.cli.store, "_write_rows", stops_half_way)
     rows = tmp_path / "rows.jsonl"
     assert main(["store", "export", str(store), "--out", str(rows)]) == 130
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # no rows.jsonl(.tmp)
@@ -319,7 +319,7 @@ def test_an_export_aimed_at_the_store_itself_is_refused(runs, tmp_path, monkeypa
 
 INTERRUPTIBLE = """
 import pathlib, sys, time
-import graft.trainer as trainer
+import graft.training.trainer as trainer
 
 exchange = trainer.Trainer._exchange
 
@@ -373,11 +373,11 @@ def test_ctrl_c_mid_step_stops_in_one_line_and_resumes_exactly(runs, tmp_path, c
 def _poison_step(monkeypatch, bad_step: int) -> None:
     """The update of step `bad_step` (0-based) meets a NaN loss and NaN gradients, as an
     overflowing forward pass gives them."""
-    import graft.trainer
-    import graft.update
+    import graft.training.trainer
+    import graft.training.update
 
     current = {"step": -1}
-    step, backward = graft.trainer.Trainer.step, graft.update.minibatch_backward
+    step, backward = graft.training.trainer.Trainer.step, graft.training.update.minibatch_backward
 
     def tracking_step(self, s):
         current["step"] = s
@@ -392,8 +392,8 @@ def _poison_step(monkeypatch, bad_step: int) -> None:
                     p.grad.fill_(float("nan"))
         return stats
 
-    monkeypatch.setattr(graft.trainer.Trainer, "step", tracking_step)
-    monkeypatch.setattr(graft.update, "minibatch_backward", poisoned)
+    monkeypatch.setattr(graft.training.trainer.Trainer, "step", tracking_step)
+    monkeypatch.setattr(graft.training.update, "minibatch_backward", poisoned)
 
 
 def _all_finite(run: Path) -> bool:

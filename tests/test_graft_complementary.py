@@ -8,8 +8,8 @@ One seed makes no claim about learning: whether GRAFT beats GRPO is the study's 
 
 import pytest
 
-from graft.demo import DemoSettings
-from graft.demo_report import run_demo
+from graft.evidence.demo import DemoSettings
+from graft.evidence.demo_report import run_demo
 
 
 @pytest.mark.slow

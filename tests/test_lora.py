@@ -77,7 +77,7 @@ def test_lora_grpo_raises_accuracy_trains_only_the_adapter_and_exports_a_merged_
 
     # Base weights bit-identical to the tiny model the run started from.
     from graft.config import Config, load_config
-    from graft.policy import Policy, PolicySpec
+    from graft.training.policy import Policy, PolicySpec
 
     cfg = load_config(Config, run / "config.yaml")
     policy = Policy(PolicySpec(model=cfg.models[0], rollout=cfg.rollout, algo=cfg.algo, seed=0))
@@ -109,7 +109,7 @@ def test_lora_grpo_raises_accuracy_trains_only_the_adapter_and_exports_a_merged_
     assert main(["export-merged", str(run), "--out", str(out)]) == 0
     from transformers import AutoModelForCausalLM
 
-    from graft.modeling import score_sequences
+    from graft.training.modeling import score_sequences
 
     merged = AutoModelForCausalLM.from_pretrained(out).eval()
     assert not any("lora" in k for k in merged.state_dict())
@@ -203,11 +203,12 @@ def test_lora_on_a_gguf_loaded_model_trains_saves_and_merges(tmp_path, monkeypat
     its checkpoint names the .gguf file as the base, and loads back merged."""
     pytest.importorskip("gguf")
     from graft.config import AlgoConfig, LoRAConfig, ModelConfig, OptimConfig, RolloutConfig
-    from graft.modeling import score_sequences
     from graft.models import load_model_and_tokenizer
-    from graft.policy import Policy, PolicySpec
+    from graft.training.modeling import score_sequences
+    from graft.training.policy import Policy, PolicySpec
     from graft.types import TrainGroup, TrainSequence
-    from test_models import small_spec, write_llama_gguf
+    from test_gguf import write_llama_gguf
+    from test_models import small_spec
 
     monkeypatch.setenv("GRAFT_CACHE", str(tmp_path / "cache"))
     model, tok = load_model_and_tokenizer(
@@ -241,9 +242,9 @@ def test_lora_on_a_gguf_loaded_model_trains_saves_and_merges(tmp_path, monkeypat
 def test_the_kl_reference_of_a_lora_policy_is_its_base_model(tmp_path):
     """With algo.kl_coef > 0 the reference is the base (adapters switched off), not a copy."""
     from graft.config import AlgoConfig, LoRAConfig, ModelConfig, OptimConfig, RolloutConfig
-    from graft.modeling import score_sequences
     from graft.models import load_model_and_tokenizer
-    from graft.policy import Policy, PolicySpec
+    from graft.training.modeling import score_sequences
+    from graft.training.policy import Policy, PolicySpec
     from graft.types import TrainGroup, TrainSequence
 
     model_cfg = ModelConfig(path="tiny:llama-char-add", optim=OptimConfig(lr=1e-2))

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from graft.config import AlgoConfig, Config, ConfigError, load_config
+from graft.training.update import UpdateSettings, train_on_batch
 from graft.types import TrainGroup
-from graft.update import UpdateSettings, train_on_batch
 from test_update import _sequences
 
 

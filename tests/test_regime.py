@@ -6,8 +6,8 @@ import pytest
 
 from exchange_helpers import groups_for
 from graft.config import ExchangeConfig
+from graft.evidence.regime import direction_report, direction_totals, regime_reports
 from graft.exchange import Selection, graft_direction, transfer_requests
-from graft.regime import direction_report, direction_totals, regime_reports
 from graft.types import Imported
 
 

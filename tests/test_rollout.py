@@ -3,8 +3,8 @@
 import pytest
 
 from graft.config import AlgoConfig, ModelConfig, RolloutConfig
-from graft.policy import Policy, PolicySpec
 from graft.rollout import SamplingParams
+from graft.training.policy import Policy, PolicySpec
 from graft.types import Problem
 
 

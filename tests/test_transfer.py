@@ -15,8 +15,8 @@ from graft.exchange import (
     receiver_batch,
     transfer_requests,
 )
+from graft.training.update import UpdateSettings, sequence_coefficients
 from graft.types import Imported
-from graft.update import UpdateSettings, sequence_coefficients
 
 SQRT3 = math.sqrt(3)
 

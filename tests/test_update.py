@@ -5,15 +5,15 @@ from functools import partial
 import pytest
 import torch
 
-from graft.modeling import score_sequences
-from graft.types import TrainGroup, TrainSequence
-from graft.update import (
+from graft.training.modeling import score_sequences
+from graft.training.update import (
     UpdateSettings,
     minibatch_backward,
     order_groups,
     split_minibatches,
     train_on_batch,
 )
+from graft.types import TrainGroup, TrainSequence
 
 
 def _sequences(model, num, *, seed=0, weight=1.0, peer=False):
@@ -153,7 +153,7 @@ def test_luffy_and_sft_objectives_have_the_stated_gradients(random_lm):
 
 
 def test_sft_tokens_stay_out_of_the_policy_gradient_denominator():
-    from graft.update import sequence_coefficients
+    from graft.training.update import sequence_coefficients
 
     seqs = [
         TrainSequence((1,), (2, 3), (-1.0, -1.0), advantage=1.0),
@@ -165,7 +165,7 @@ def test_sft_tokens_stay_out_of_the_policy_gradient_denominator():
 
 
 def test_sequence_ratio_is_one_ratio_per_response():
-    from graft.loss import sequence_ratio_surrogate
+    from graft.training.loss import sequence_ratio_surrogate
 
     logp = torch.tensor([[-1.0, -2.0, 0.0]], requires_grad=True)
     old = torch.tensor([[-1.5, -1.5, 0.0]])

@@ -18,7 +18,7 @@ import torch
 
 import vllm_standin
 from conftest import small_tiny_spec
-from graft.configlib import ConfigError
+from graft.config.lib import ConfigError
 from graft.errors import DataError, user_errors
 from graft.models.tiny import build_tiny
 from graft.rollout import vllm_engine
@@ -225,7 +225,7 @@ def test_tempered_truncated_rollouts_are_refused_at_start_up(standin, tiny_paths
 
 def test_gguf_and_tiny_presets_reach_the_engine(standin, tmp_path):
     pytest.importorskip("gguf")
-    from test_models import write_llama_gguf
+    from test_gguf import write_llama_gguf
 
     bpe = build_tiny(small_tiny_spec("llama", "bpe", pretrain_steps=10))
     native = _policy(str(bpe), engine="hf")

@@ -14,7 +14,7 @@ import torch
 
 import vllm_standin
 from graft.config import RolloutConfig
-from graft.configlib import ConfigError
+from graft.config.lib import ConfigError
 from graft.rollout import SamplingParams, vllm_engine
 from vllm_helpers import PROBLEMS, _params, _policy
 

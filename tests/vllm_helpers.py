@@ -5,8 +5,8 @@ conftest)."""
 from pathlib import Path
 
 from graft.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig
-from graft.policy import Policy, PolicySpec
 from graft.rollout import SamplingParams
+from graft.training.policy import Policy, PolicySpec
 from graft.types import Problem, TrainGroup, TrainSequence
 
 PREFIX = "Add the two numbers below and answer with the digits of the sum only.\n"

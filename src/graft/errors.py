@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graft.configlib import ConfigError
+from graft.config.lib import ConfigError
 
 
 class DataError(ValueError):

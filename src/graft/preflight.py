@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from graft.configlib import ConfigError, expand_user
+from graft.config.lib import ConfigError, expand_user
 from graft.errors import DataError
 
 

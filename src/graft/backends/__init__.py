@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from graft.backends.base import Backend, Generator, Then
 from graft.config import Config
-from graft.policy import PolicySpec
-from graft.update import UpdateSettings
+from graft.training.policy import PolicySpec
+from graft.training.update import UpdateSettings
 
 __all__ = [
     "BACKENDS",

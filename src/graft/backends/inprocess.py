@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from graft.backends.base import Backend, Calls, T, Then, answer
-from graft.policy import Policy, PolicySpec
+from graft.training.policy import Policy, PolicySpec
 
 
 class InProcessBackend(Backend):

@@ -19,8 +19,8 @@ from typing import Any
 
 from graft.backends.base import Answers, Backend, Calls, T, Then, answer, keep
 from graft.errors import PolicyWorkerError
-from graft.policy import Policy, PolicySpec
 from graft.procutil import die_with_parent
+from graft.training.policy import Policy, PolicySpec
 
 
 def _portable(exc: BaseException) -> BaseException:

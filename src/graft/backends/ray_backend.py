@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from graft.backends.base import Answers, Backend, Call, Calls, T, Then, answer
-from graft.configlib import ConfigError
+from graft.config.lib import ConfigError
 from graft.errors import PolicyWorkerError
-from graft.policy import Policy, PolicySpec
+from graft.training.policy import Policy, PolicySpec
 
 
 def _import_ray() -> Any:

@@ -14,7 +14,7 @@ module a stage, in the order of docs/method.md:
     diagnostics.py      the per-direction metrics and the admission warning
     records.py          the records between the stages
 
-(The objective, 6, is `graft.loss`; the peer-last minibatches, 7, `graft.update`.)
+(The objective, 6, is `graft.training.loss`; the peer-last minibatches, 7, `graft.training.update`.)
 """
 
 from graft.exchange.diagnostics import AdmissionMonitor

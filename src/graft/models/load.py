@@ -28,7 +28,7 @@ from transformers import (
 
 from graft.config import ModelConfig
 from graft.models.common import quiet_transformers
-from graft.precision import DTYPES
+from graft.training.precision import DTYPES
 
 __all__ = ["ModelLoadError", "load_model_and_tokenizer"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from graft.modeling import distinct_rows
+from graft.training.modeling import distinct_rows
 from graft.types import FinishReason
 
 

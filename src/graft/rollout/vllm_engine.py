@@ -70,7 +70,7 @@ from typing import Any
 import torch
 
 from graft.config import RolloutConfig
-from graft.configlib import ConfigError
+from graft.config.lib import ConfigError
 from graft.errors import DataError
 from graft.rollout.generate import Sample, SamplingParams
 from graft.types import FinishReason

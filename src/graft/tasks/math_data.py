@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.config import MathDataConfig
-from graft.configlib import expand_user
+from graft.config.lib import expand_user
 from graft.errors import DataError
 from graft.tasks.answer import last_boxed
 from graft.types import Problem

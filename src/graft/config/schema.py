@@ -1,43 +1,12 @@
-"""Run configuration: nested frozen dataclasses, one docstring per field.
-
-Loaded from YAML, then dotted overrides (`--set algo.clip_high=0.28 --set models.0.optim.lr=1e-5`).
-Unknown keys, wrong types and inconsistent sizes fail before any work, naming the key: a `Config`
-checks itself once, when it is made (`graft.config_checks.validate`). Derived sizes live in `Plan`,
-computed once and never written back into the config.
-
-Defaults follow the GRAFT paper's recipe where it fixes a value (clip 0.2/0.28, token-mean loss,
-no KL, AdamW (0.9, 0.999), wd 0.01, grad clip 1.0, temperature 1, top-p 1).
-"""
+"""The config sections: nested frozen dataclasses, one docstring per field (`graft config --docs`).
+A `Config` validates itself once, when it is made (`graft.config.checks.validate`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
-from graft.config_checks import Plan, make_plan, validate
-from graft.configlib import ConfigError, load_config, to_dict
-
-__all__ = [
-    "AlgoConfig",
-    "ArithmeticConfig",
-    "Config",
-    "ConfigError",
-    "EvalConfig",
-    "ExchangeConfig",
-    "LoRAConfig",
-    "MathDataConfig",
-    "ModelConfig",
-    "OptimConfig",
-    "Plan",
-    "RolloutConfig",
-    "RunConfig",
-    "StoreConfig",
-    "TaskConfig",
-    "VerifyConfig",
-    "load_config",
-    "make_plan",
-    "to_dict",
-]
+from graft.config.checks import validate
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graft.compare import Unit
-from graft.compare_report import draw_bands, method_colors
-from graft.demo import ALL_METHODS, MODELS, STRONG, WEAK
+from graft.evidence.compare import Unit
+from graft.evidence.compare_report import draw_bands, method_colors
+from graft.evidence.demo import ALL_METHODS, MODELS, STRONG, WEAK
 
 EXCHANGE_METHODS = ("graft", "graft_rr")
 

@@ -17,9 +17,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from graft.backends.base import Generator
+from graft.eval.suites import Suite
 from graft.rollout import SamplingParams
 from graft.seeds import derive_seed
-from graft.suites import Suite
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import verdict_counts

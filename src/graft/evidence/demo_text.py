@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from graft.compare import CURVE_MEAN
-from graft.compare_report import INTERVAL_RULE, final_point, fmt_interval, regime_lines
-from graft.demo import MODELS, STRONG, WEAK
+from graft.evidence.compare import CURVE_MEAN
+from graft.evidence.compare_report import INTERVAL_RULE, final_point, fmt_interval, regime_lines
+from graft.evidence.demo import MODELS, STRONG, WEAK
 
 REGIME_TEXT = {
     "latent": "pre-trained 97/3 (llama) and 2/98 (qwen) on multipliers 2-5 / 6-9: each weak "

@@ -1,7 +1,8 @@
 """One policy's update over a rollout batch: minibatches (peer groups last), micro-batches with
 gradient accumulation, grad-norm clipping, an optimizer step per minibatch, and the statistics.
 
-The loss of a micro-batch is GRAFT's objective (paper eq. 10, `graft.loss.graft_objective`):
+The loss of a micro-batch is GRAFT's objective (paper eq. 10, `graft_objective` in
+`graft.training.loss`):
     J = (1 / sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_lo, 1+eps_hi) a_j)
 with the reduction's coefficients computed over the whole minibatch. rho is always the trainee's
 ratio pi_theta / pi_old on its own tokenization (self and peer alike).
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
-from graft.loss import ObjectiveTerms, graft_objective, loss_coefficients
-from graft.modeling import distinct_pairs, sequence_logprobs
-from graft.precision import Precision
+from graft.training.loss import ObjectiveTerms, graft_objective, loss_coefficients
+from graft.training.modeling import distinct_pairs, sequence_logprobs
+from graft.training.precision import Precision
 from graft.types import TrainGroup, TrainSequence
 
 _ALGO, _ROLLOUT, _OPTIM, _EXCHANGE = AlgoConfig(), RolloutConfig(), OptimConfig(), ExchangeConfig()
@@ -210,7 +211,7 @@ def _micro_stats(
 
 def sequence_coefficients(sequences: Sequence[TrainSequence], s: UpdateSettings) -> torch.Tensor:
     """Each sequence's per-token loss coefficient over the whole minibatch (see
-    `graft.loss.loss_coefficients`; supervised rows apart)."""
+    `graft.training.loss.loss_coefficients`; supervised rows apart)."""
     return loss_coefficients(
         torch.tensor([q.num_tokens for q in sequences], dtype=torch.long),
         torch.tensor([q.objective == "sft" for q in sequences], dtype=torch.bool),

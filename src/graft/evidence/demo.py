@@ -10,7 +10,7 @@ With the same seeds, prompt order and per-model rollout budget, each regime runs
   GRAFT online with the paper's weight, GRAFT online with the receiver-relative score,
   stored-peer GRAFT (each model against the trajectories of the OTHER model's GRPO run),
 and `--study` adds the paper's ablations in the latent regime. Every policy is evaluated on
-held-out problems at several points; `graft.compare` turns the runs into paired differences
+held-out problems at several points; `graft.evidence.compare` turns the runs into paired differences
 against GRPO with 95% intervals over seeds (demo_report.py writes the results).
 
 Runs are resumable: a finished run (marked by `done.json` holding its config) is reused, an

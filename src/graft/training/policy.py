@@ -8,132 +8,40 @@ actors) using only the plain records of `graft.types`.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from graft.config import AlgoConfig, ConfigError, ModelConfig, RolloutConfig
 from graft.errors import DataError
-from graft.modeling import score_sequences
-from graft.models.common import model_fingerprint, state_fingerprint
-from graft.models.load import load_model_and_tokenizer
 from graft.models.lora import (
-    AdapterOff,
-    LoRAError,
     adapter_dropout,
-    adapter_state,
-    apply_lora,
     load_adapter,
-    lora_enabled,
     save_adapter,
 )
-from graft.precision import Precision, low_precision_warning
 from graft.rollout import SamplingParams, sample
-from graft.seeds import derive_seed
+from graft.training.build import PolicySpec, build_parts
+from graft.training.modeling import score_sequences
+from graft.training.update import train_on_batch
 from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
-from graft.update import UpdateSettings, train_on_batch
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """Everything a worker needs to build a policy (plain data, picklable)."""
-
-    model: ModelConfig
-    rollout: RolloutConfig
-    algo: AlgoConfig
-    seed: int
-    threads: int = 0
-    cache_dir: str = ""
-    index: int = 0
-    """Position in the config's model list (for error messages: models.<index>)."""
-    update: UpdateSettings | None = None
-    """The update's settings, built by the driver from the whole config (`policy_specs`); None:
-    those of `algo`, `rollout` and the model's optimizer, without an exchange's settings."""
-
-    def update_settings(self) -> UpdateSettings:
-        """The settings this policy's update runs with."""
-        if self.update is not None:
-            return self.update
-        return UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
 
 
 class Policy:
     def __init__(self, spec: PolicySpec) -> None:
-        if spec.threads > 0:
-            torch.set_num_threads(spec.threads)
         self.spec = spec
         self.name = spec.model.name
-        cache = Path(spec.cache_dir) if spec.cache_dir else None
-        self.device = resolve_device(spec.model.device)
-        self.model, self.tokenizer = load_model_and_tokenizer(
-            spec.model, cache_dir=cache, key=f"models.{spec.index}", device=self.device
-        )
-        self.model.eval()  # no dropout in RL updates; gradients still flow
-        m = spec.model
-        self.precision = Precision(m.dtype, m.param_dtype, device=self.device)
-        message = low_precision_warning(m.dtype, m.param_dtype, key=f"models.{spec.index}")
-        if message:
-            warnings.warn(message, stacklevel=2)
-        self.fingerprint = model_fingerprint(self.model)  # of the initial weights
-        self.adapter = None  # the peft wrapper when only LoRA adapters train
-        if lora_enabled(spec.model.lora):
-            self._add_adapter()
+        parts = build_parts(spec)
+        self.device, self.model, self.tokenizer = parts.device, parts.model, parts.tokenizer
+        self.adapter, self.fingerprint = parts.adapter, parts.fingerprint
+        self.precision, self.ref_model = parts.precision, parts.ref_model
+        self.optimizer, self.engine = parts.optimizer, parts.engine
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.stop_ids = self._stop_ids()
-        self.ref_model: torch.nn.Module | None = None
-        if spec.algo.kl_coef > 0:
-            self.ref_model = (
-                AdapterOff(self.adapter)
-                if self.adapter is not None
-                else copy.deepcopy(self.model).requires_grad_(False)
-            )
-        o = spec.model.optim
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
-            lr=o.lr,
-            betas=o.betas,
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-        )
         self.num_updates = 0
         self._prompt_cache: dict[str, tuple[int, ...]] = {}
-        self.engine = None
-        if spec.rollout.engine == "vllm":
-            from graft.rollout.vllm_engine import VLLMEngine
-
-            # The engine takes this model's config and weights (whatever models.N names).
-            self.engine = VLLMEngine(
-                self.model,
-                rollout=spec.rollout,
-                dtype=spec.model.dtype,
-                seed=spec.seed,
-                key=f"models.{spec.index}",
-            )
-
-    def _add_adapter(self) -> None:
-        """LoRA adapters on the model (seeded per run and policy); the revision recorded in the
-        store becomes `<base hash>+lora:<adapter hash>`."""
-        key = f"models.{self.spec.index}.lora"
-        seed = derive_seed(self.spec.seed, self.name, "lora")
-        try:
-            self.adapter = apply_lora(self.model, self.spec.model.lora, key=key, seed=seed)
-        except LoRAError as err:
-            raise ConfigError(str(err)) from None
-        self.model = self.adapter.get_base_model()  # the same model, adapter layers injected
-        self.fingerprint += f"+lora:{state_fingerprint(adapter_state(self.adapter))}"
 
     # ----------------------------------------------------------------- prompts and tokens
     def _stop_ids(self) -> tuple[int, ...]:

@@ -5,7 +5,7 @@ key that can change a result, the seed and paths aside; `run.label` names a meth
 paired with the baseline method's unit of the same policy and seed, and every evaluated metric
 (per suite and per skill, at each evaluation step and as the mean over the curve after step 0)
 is reported as the mean of the per-seed differences with a Student t interval over seeds
-(`graft.stats`). Runs that cannot be compared (other evaluation suites, sizes or steps) are
+(`graft.evidence.stats`). Runs that cannot be compared (other evaluation suites, sizes or steps) are
 refused with one line.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 import yaml
 
 from graft.errors import DataError
-from graft.regime import direction_totals, regime_reports
+from graft.evidence.regime import direction_totals, regime_reports
+from graft.evidence.stats import paired_interval
 from graft.rundir import policy_prefix, read_metrics
-from graft.stats import paired_interval
 
 IGNORED_KEYS = (
     "run.out_dir",

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graft.compare import CURVE_MEAN
+from graft.evidence.compare import CURVE_MEAN
 
 INTERVAL_RULE = (
     "Differences are method − baseline in points (percent), paired by seed (same seed: same "

@@ -26,11 +26,12 @@ def add_parser(sub: Any) -> None:
         help="the method to compare against (default: the one with exchange.enabled=false)",
     )
     compare.add_argument("--out", metavar="DIR", help="output folder (default: the first RUN_DIR)")
+    compare.set_defaults(handler=run)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from graft.compare import compare_runs
-    from graft.compare_report import write_report
+def run(args: argparse.Namespace) -> int:
+    from graft.evidence.compare import compare_runs
+    from graft.evidence.compare_report import write_report
 
     result = compare_runs(args.runs, baseline=args.baseline)
     out = Path(args.out or args.runs[0])

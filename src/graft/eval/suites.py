@@ -25,7 +25,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from graft.config import MathDataConfig, TaskConfig
-from graft.configlib import ConfigError
+from graft.config.lib import ConfigError
 from graft.errors import DataError
 from graft.tasks import build_task
 from graft.tasks.golds import check_golds, require_golds

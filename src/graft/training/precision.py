@@ -3,8 +3,9 @@
 A policy stores its weights and AdamW state in `models.N.param_dtype` (float32 by default: the
 master weights) and runs its forward and backward passes in `models.N.dtype` (the compute dtype)
 under `torch.autocast`. Log-probs and the loss are always computed in float32 from the logits
-(`graft.modeling.selected_logprobs`). Sampling, scoring and the update run under the same autocast,
-so the behavior log-probs recorded at sampling time match the training forward at step 0.
+(`graft.training.modeling.selected_logprobs`). Sampling, scoring and the update run under the
+same autocast, so the behavior log-probs recorded at sampling time match the training forward at
+step 0.
 
 Why not store bfloat16 weights: at the learning rates RLVR uses (1e-6 to 3e-6), AdamW's step is
 far below bfloat16's spacing for typical weights (about 8e-5 at |w| = 0.02), so most updates round

@@ -1,4 +1,4 @@
-"""`graft eval` and `graft plot`."""
+"""`graft eval`: avg@k and pass@k of models, or of the checkpoints of runs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ EVAL_EPILOG = """examples:
 """
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser(
         "eval",
         help="avg@k / pass@k of models or of a run's checkpoints",
@@ -64,9 +64,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--out", help="output folder for eval.json and eval.md")
     ev.add_argument("--workers", type=int, default=2, help="verifier processes")
 
-    plot = sub.add_parser("plot", help="reward and accuracy curves of runs, overlaid")
-    plot.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    plot.add_argument("--out", default="curves.png", help="PNG file (default curves.png)")
+    ev.set_defaults(handler=run)
 
 
 def _unique_labels(paths: list[str]) -> list[str]:
@@ -88,7 +86,7 @@ def _unique_labels(paths: list[str]) -> list[str]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    from graft.configlib import ConfigError
+    from graft.config.lib import ConfigError
 
     for flag, value, least in (
         ("--k", args.k, 1),
@@ -106,7 +104,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _check_targets(targets: list, baseline: str | None) -> None:
     """Every target on the same suites (one table), and the baseline among them."""
-    from graft.configlib import ConfigError
+    from graft.config.lib import ConfigError
 
     suites = {label: list(names) for label, _, _, names, _ in targets}
     if len({tuple(v) for v in suites.values()}) > 1:
@@ -152,20 +150,20 @@ def _targets(args: argparse.Namespace):
                     model = dataclasses.replace(m, path=str(ckpt), tokenizer="", lora=LoRAConfig())
                     targets.append((f"{run_dir.name}/{m.name}/{tag}", model, cfg, suites, limit))
     if not targets:
-        from graft.configlib import ConfigError
+        from graft.config.lib import ConfigError
 
         raise ConfigError("graft eval: give --model or --run")
     _check_targets(targets, args.baseline)
     return targets
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from graft.backends.inprocess import InProcessBackend
-    from graft.evaluate import EvalSettings, evaluate_runs
-    from graft.policy import PolicySpec
-    from graft.report import write_eval
-    from graft.suites import check_suite_golds, drop_long_prompts, load_suites
+    from graft.eval.evaluate import EvalSettings, evaluate_runs
+    from graft.eval.report import write_eval
+    from graft.eval.suites import check_suite_golds, drop_long_prompts, load_suites
     from graft.tasks.pool import VerifierPool
+    from graft.training.policy import PolicySpec
 
     _check_args(args)
     targets = _targets(args)
@@ -204,12 +202,4 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table = write_eval(out, results, baseline=args.baseline)
     print(table)
     print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
-    return 0
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from graft.report import plot_runs
-
-    counts = plot_runs(args.runs, args.out)
-    print(f"wrote {args.out}: {counts['reward']} reward curves, {counts['eval']} accuracy curves")
     return 0

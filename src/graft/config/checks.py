@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from graft.configlib import ConfigError, expand_user
+from graft.config.lib import ConfigError, expand_user
 
 if TYPE_CHECKING:
     from graft.config import Config, LoRAConfig, OptimConfig

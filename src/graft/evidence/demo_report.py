@@ -1,8 +1,8 @@
 """`graft demo`, part 2: complementarity (the paper's Figure 1), the runs, and the results files.
 
-Every comparison goes through `graft.compare` (paired per-seed differences against GRPO with a
-95% Student t interval over seeds) and `graft.regime` (where the gate finds candidates and how
-much the weight admits), the same code as `graft compare`.
+Every comparison goes through `graft.evidence.compare` (paired per-seed differences against GRPO
+with a 95% Student t interval over seeds) and `graft.evidence.regime` (where the gate finds
+candidates and how much the weight admits), the same code as `graft compare`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graft.compare import compare_units, load_units
-from graft.compare_report import final_point
 from graft.config import AlgoConfig, ModelConfig, RolloutConfig
-from graft.demo import (
+from graft.evidence.compare import compare_units, load_units
+from graft.evidence.compare_report import final_point
+from graft.evidence.demo import (
     ALL_METHODS,
     MODELS,
     DemoSettings,
@@ -26,9 +26,9 @@ from graft.demo import (
     run_inprocess,
     run_parallel,
 )
+from graft.evidence.stats import bootstrap_ratio, paired_interval
 from graft.models.tiny import MUL_SKILLS
 from graft.rollout import SamplingParams
-from graft.stats import bootstrap_ratio, paired_interval
 from graft.tasks.arithmetic import ArithmeticTask
 
 
@@ -37,9 +37,9 @@ def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> di
     the share where the other model's group of n is mixed (paper: 47.9% / 18.7%)."""
     from graft.backends.inprocess import InProcessBackend
     from graft.config import ArithmeticConfig
-    from graft.policy import PolicySpec
     from graft.tasks.pool import VerifierPool
     from graft.tasks.scoring import verify_rollouts
+    from graft.training.policy import PolicySpec
 
     task = ArithmeticTask(ArithmeticConfig(skills=MUL_SKILLS, scratchpad=True))
     split = task.val_problems() if s.eval_suite == "val" else task.test_problems()
@@ -108,7 +108,7 @@ def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
     """Run (or reuse) every run of the design; returns the seconds spent per job label."""
     from tqdm.auto import tqdm
 
-    from graft.trainer import train
+    from graft.training.trainer import train
 
     jobs = _pending(s, out)
     spent: dict[str, float] = {}
@@ -173,7 +173,7 @@ def retention(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _suite_keys(model: str, result: dict[str, Any]) -> dict[str, str]:
-    from graft.demo import STRONG, WEAK
+    from graft.evidence.demo import STRONG, WEAK
 
     policy = result["policies"][model]
     any_method = next(iter(policy["methods"].values()))
@@ -189,8 +189,8 @@ def _suite_keys(model: str, result: dict[str, Any]) -> dict[str, str]:
 
 def run_demo(out: Path, s: DemoSettings) -> dict[str, Any]:
     """The whole demo; returns the content of results.json."""
-    from graft.demo_plot import plot_demo
-    from graft.demo_text import markdown
+    from graft.evidence.demo_plot import plot_demo
+    from graft.evidence.demo_text import markdown
 
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

@@ -9,58 +9,32 @@ policy), never carried in hidden state, so `graft train --resume` continues exac
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from tqdm.auto import tqdm
 
 from graft.backends import Backend, make_backend, policy_specs
 from graft.config import Config, ConfigError, Plan, make_plan
 from graft.errors import DataError, RunStopped
-from graft.evaluate import evaluate_once
+from graft.eval.evaluate import evaluate_once
+from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
-from graft.groups import group_metrics, make_groups
-from graft.preflight import check_run_json, check_store
-from graft.recorder import Recorder
+from graft.preflight import check_store
 from graft.rollout import SamplingParams
-from graft.rundir import (
-    CHECKPOINT_PREFIX,
-    MetricsLog,
-    begin_checkpoint,
-    check_metrics,
-    checkpoint_dirs,
-    commit_checkpoint,
-    intact_checkpoint,
-    is_disk_full,
-    latest_checkpoint,
-    move_aside,
-    policy_prefix,
-    read_best,
-    read_trainer_state,
-    save_best,
-    set_aside,
-    set_rng_state,
-    write_config,
-    write_json,
-    write_summary,
-)
+from graft.rundir import MetricsLog, move_aside, policy_prefix, write_summary
+from graft.rundir.book import RunBook, where_it_stands
 from graft.seeds import derive_seed
-from graft.suites import Suite, check_suite_golds, load_suites
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.golds import check_golds, require_golds, usable_problems
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import resolve_verifier, verifier_for_extract
+from graft.training.groups import group_metrics, make_groups
+from graft.training.progress import progress_bar, reward_postfix, warn
+from graft.training.recorder import Recorder
 from graft.types import Group, Rollout
-
-
-class DiskFullError(DataError):
-    """The disk filled up while writing; the message says so and names the path."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +106,7 @@ class Trainer:
             raise
         several = len(self.names) > 1
         self.prefix = {name: policy_prefix(name, several=several) for name in self.names}
+        self.book = RunBook(cfg, self.run_dir, self.backend, prefix=self.prefix, warn=warn)
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
         self._verify_spans: list[tuple[float, float]] = []  # (start, end) per policy, this step
@@ -145,7 +120,7 @@ class Trainer:
         check = check_golds(self.pool, self.verifier, self.train_problems, where=where)
         require_golds(check, max_fraction=limit)
         if check is not None and check.bad:
-            tqdm.write(f"warning: {check.summary()}; training leaves those problems out")
+            warn(f"{check.summary()}; training leaves those problems out")
             self.train_problems = usable_problems(check, self.train_problems)
         self.eval_suites = check_suite_golds(
             self.eval_suites, self.pool, max_fraction=limit, verifier=self.eval_verifier
@@ -176,7 +151,7 @@ class Trainer:
         self._check_finite(step, stats)
         t4 = time.perf_counter()
         if self.recorder is not None:
-            with self._writing_store():
+            with self.book.writing_store(self.recorder.uri):
                 self.recorder.record(step, groups, outcome.replaced)
         metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
         metrics.update(outcome.metrics)
@@ -194,25 +169,9 @@ class Trainer:
             if stats.get(name, {}).get("optim/nonfinite_steps", 0.0) > 0:
                 raise RunStopped(
                     f"policy {name!r}: non-finite loss or gradient norm at step {step + 1}; "
-                    f"stopped before its optimizer step, {_last_checkpoint(self.run_dir)}. Lower "
+                    f"stopped before its optimizer step, {where_it_stands(self.run_dir)}. Lower "
                     f"the learning rate, or skip such steps with --set algo.nonfinite=skip"
                 )
-
-    @contextlib.contextmanager
-    def _writing_store(self) -> Iterator[None]:
-        """A full disk under the trajectory store ends the run in one line, before a checkpoint
-        could claim rows the store does not hold (the rows of earlier steps stay intact)."""
-        try:
-            yield
-        except (OSError, RuntimeError) as err:
-            if not (is_disk_full(err) or (err.__cause__ and is_disk_full(err.__cause__))):
-                raise
-            uri = self.recorder.uri if self.recorder is not None else "?"
-            raise DiskFullError(
-                f"no space left on device while writing the trajectory store {uri}; "
-                f"{_last_checkpoint(self.run_dir)}, with the store rows up to it; free space and "
-                f"continue with --resume {self.run_dir}"
-            ) from None
 
     def _verify_and_group(self, name: str, rollouts: list[Rollout]) -> tuple[Group, ...]:
         """One policy's rollouts, verified and grouped with their advantages; runs in the driver
@@ -237,7 +196,7 @@ class Trainer:
             adv_eps=algo.adv_eps,
         )
         for message in self.monitor.update(outcome.directions):
-            tqdm.write(f"warning: {message}")
+            warn(message)
         return outcome
 
     def _seeds(self, step: int, purpose: str) -> dict[str, int]:
@@ -278,96 +237,19 @@ class Trainer:
             out.update({self.prefix[name] + k: v for k, v in metrics.items()})
         return out
 
-    def _track_best(self, run_dir: Path, step: int, results: Mapping[str, float]) -> None:
-        """Keep, per policy, the checkpoint with the best validation avg@k (checkpoints/best)."""
-        if not self.val_suite:
-            return
-        suite, key = self.val_suite, f"eval/{self.val_suite}/avg@{self.cfg.eval.samples}"
-        improved = []
-        for name in self.names:
-            value = results.get(self.prefix[name] + key)
-            if value is not None and value > self.best.get(name, {}).get("value", -1.0):
-                self.best[name] = {"step": step, "value": value, "suite": suite}
-                improved.append(name)
-        if improved:
-            save_best(run_dir, self.backend, improved, self.best)
-
     def _eval_due(self, step: int) -> bool:
         every = self.cfg.eval.every
         return every > 0 and (step % every == 0 or step == self.cfg.run.steps)
 
-    # ------------------------------------------------------------------ checkpoints
-    def save(self, run_dir: Path, next_step: int) -> None:
-        if self.recorder is not None:
-            with self._writing_store():  # a checkpoint implies the store holds every earlier step
-                self.recorder.flush()
-        tmp = begin_checkpoint(run_dir, next_step)
-        try:
-            self.backend.save(tmp)
-            commit_checkpoint(
-                run_dir,
-                tmp,
-                next_step,
-                keep=self.cfg.run.keep_checkpoints,
-                extra={"policies": self.names},
-            )
-        except Exception as err:
-            if not is_disk_full(err):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # the earlier checkpoints stay intact
-            raise DiskFullError(
-                f"no space left on device while writing checkpoint {tmp}; free space and "
-                f"continue with --resume {run_dir}"
-            ) from None
-
-    def restore(self, run_dir: Path) -> tuple[int, list[Path]]:
-        """Load the newest intact checkpoint: (its next step, the damaged newer ones, which the
-        caller sets aside once every check passed); (0, []) when the run has none yet. A damaged
-        checkpoint is named and skipped; one that does not fit the models is an error."""
-        if not checkpoint_dirs(run_dir):
-            return 0, []
-        checkpoint, damaged = intact_checkpoint(
-            run_dir, list(self.names), lambda m: tqdm.write(f"warning: {m}")
-        )
-        state = read_trainer_state(checkpoint)
-        try:
-            self.backend.load(checkpoint)
-        except Exception as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ConfigError(
-                f"--resume {run_dir}: checkpoint {checkpoint.name} does not fit the configured "
-                f"models: {first}"
-            ) from None
-        set_rng_state(state["rng"])
-        return int(state["next_step"]), damaged
-
-    def _resume_point(self, run_dir: Path) -> tuple[int, list[Path]]:
-        """Every check of a resume, made before anything is written: run.json and metrics.jsonl
-        readable, the newest intact checkpoint loaded, run.steps not below it."""
-        if self.cfg.store.enabled:
-            check_run_json(run_dir)
-        check_metrics(run_dir)
-        start, damaged = self.restore(run_dir)
-        if start > self.cfg.run.steps:
-            raise ConfigError(
-                f"run.steps: the run in {run_dir} already reached step {start}; a resume can only "
-                f"extend it (got run.steps={self.cfg.run.steps})"
-            )
-        return start, damaged
-
     # ------------------------------------------------------------------ the run
     def run(self, run_dir: Path, *, resume: bool = False) -> RunResult:
         cfg, self.run_dir = self.cfg, run_dir
-        start, damaged = self._resume_point(run_dir) if resume else (0, [])
+        self.book = book = RunBook(cfg, run_dir, self.backend, prefix=self.prefix, warn=warn)
+        start, damaged = book.resume_point() if resume else (0, [])
         if resume and start == cfg.run.steps:
             return RunResult(run_dir, start, {}, finished_before=True)  # nothing written
-        # Every check passed: from here on the run directory is written.
-        for old in damaged:  # out of resume's way, and out of the count of kept checkpoints
-            tqdm.write(f"warning: moved the damaged checkpoint {old.name} to {set_aside(old).name}")
-        write_config(run_dir, cfg)
-        self.best = read_best(run_dir) if resume else {}
         workers = self.backend.describe()
-        write_json(run_dir / "workers.json", workers)
+        book.start(resume=resume, damaged=damaged, workers=workers)
         if cfg.store.enabled:
             self.recorder = Recorder(cfg, run_dir, verifier=self.verifier, policies=workers)
             self.recorder.rollback(start)
@@ -378,61 +260,41 @@ class Trainer:
             if start == 0 and self._eval_due(0):
                 last = self.evaluate(0)
                 log.log(0, last)
-                self._track_best(run_dir, 0, last)
-            bar = tqdm(
-                range(start, cfg.run.steps),
-                initial=start,
-                total=cfg.run.steps,
-                desc=f"train {run_dir.name}",
-                disable=not cfg.run.progress,
-                dynamic_ncols=True,
-            )
+                book.track_best(0, last, suite=self.val_suite)
+            bar = progress_bar(run_dir, start=start, steps=cfg.run.steps, enabled=cfg.run.progress)
             for step in bar:
                 metrics = self.step(step)
                 done = step + 1
                 if self._eval_due(done):
                     metrics.update(self.evaluate(done))
-                    self._track_best(run_dir, done, metrics)
+                    book.track_best(done, metrics, suite=self.val_suite)
                 log.log(done, metrics)
                 last = metrics
-                bar.set_postfix(self._postfix(metrics))
+                bar.set_postfix(reward_postfix(metrics, self.prefix))
                 every = cfg.run.save_every
                 if done == cfg.run.steps or (every > 0 and done % every == 0):
-                    self.save(run_dir, done)
-            if self.recorder is not None:
-                with self._writing_store():
-                    self.recorder.flush()
+                    book.save(done, flush=self._flush_store)
+            self._flush_store()
         except KeyboardInterrupt:  # Ctrl-C: one line that says where the run stands
             raise KeyboardInterrupt(
                 f"interrupted at step {step + 1} of {cfg.run.steps}; "
-                f"{_last_checkpoint(run_dir)}; resume with graft train --resume {run_dir}"
+                f"{where_it_stands(run_dir)}; resume with graft train --resume {run_dir}"
             ) from None
         finally:
             log.close()
-        write_summary(run_dir, last, best=self.best)
+        write_summary(run_dir, last, best=book.best)
         return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
 
-    def _postfix(self, metrics: Mapping[str, float]) -> dict[str, str]:
-        out = {}
-        for name in self.names:
-            key = self.prefix[name] + "reward/mean"
-            if key in metrics:
-                out[name if self.prefix[name] else "reward"] = f"{metrics[key]:.3f}"
-        return out
+    def _flush_store(self) -> None:
+        if self.recorder is not None:
+            with self.book.writing_store(self.recorder.uri):
+                self.recorder.flush()
 
     def close(self) -> None:
         if getattr(self, "recorder", None) is not None:
             self.recorder.close()
         self.backend.close()
         self.pool.close()
-
-
-def _last_checkpoint(run_dir: Path) -> str:
-    """Where a stopped run stands, for its one-line message."""
-    last = latest_checkpoint(run_dir)
-    if last is None:
-        return "no checkpoint was written yet (a resume starts from step 0)"
-    return f"the last checkpoint (step {int(last.name[len(CHECKPOINT_PREFIX) :])}) is intact"
 
 
 def train(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:

@@ -1,0 +1,70 @@
+"""The `graft` command line: one module per command, each with `add_parser(sub)` and `run(args)`.
+
+Building the parser imports only argparse (`graft --help` stays fast); a command imports what it
+needs when it runs. Every user error ends the same way: exit code 2 and one line, `graft: error:
+...`, naming the key, file, row or argument (`graft.errors.user_errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from graft.cli import compare, config, demo, export, plot, store, tiny, train
+from graft.cli import eval as evaluate
+from graft.cli.common import EPILOG, OneLineParser
+
+COMMANDS = (train, config, tiny, store, evaluate, plot, export, compare, demo)
+"""In the order `graft --help` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="graft",
+        description="RLVR for language models: GRPO and GRAFT (peer-trajectory exchange).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from graft.errors import RunStopped, user_errors
+
+    try:
+        return args.handler(args)
+    except user_errors() as err:
+        print(f"graft: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line
+        return 2
+    except KeyboardInterrupt as err:  # Ctrl-C: the trainer says where it stopped
+        print(f"graft: {' '.join(str(err).split()) or 'interrupted'}", file=sys.stderr)
+        return 130
+    except OSError as err:
+        return _os_error(err)
+    except RunStopped as err:
+        print(f"graft: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+
+
+def _os_error(err: OSError) -> int:
+    """A full disk or a place we may not write to: one line naming the path; else re-raised."""
+    import errno
+
+    from graft.rundir import is_disk_full
+
+    where = err.filename or " ".join(str(err).split())
+    if is_disk_full(err):
+        print(f"graft: error: no space left on device writing {where}", file=sys.stderr)
+        return 2
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = "a read-only file system" if err.errno == errno.EROFS else "permission denied"
+        print(f"graft: error: cannot write {where}: {why}", file=sys.stderr)
+        return 2
+    raise err

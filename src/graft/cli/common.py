@@ -1,0 +1,39 @@
+"""What every command shares: the one-line argument errors, the examples, loading a config."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import NoReturn
+
+EPILOG = """examples:
+  graft train configs/grpo_tiny.yaml --set algo.clip_high=0.28 --set rollout.group_size=8
+  graft train --resume runs/grpo_tiny --set run.steps=100
+  graft config --docs                 every config key with its type, default and meaning
+  graft tiny build llama-char-add     build (or reuse) a cached tiny model
+  graft store info runs/grpo_tiny/trajectories
+"""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors as one line, `graft: error: ...`, exit code 2 (like every user error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"graft: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def load(config_path: str | None, overrides: Sequence[str], out: str | None = None):
+    """The config of `config_path` with `overrides`; `out` (a path, taken as it is, not parsed
+    as YAML) replaces run.out_dir."""
+    from graft.config import Config, load_config
+
+    cfg = load_config(Config, config_path, overrides)
+    return cfg if out is None else with_out_dir(cfg, out)
+
+
+def with_out_dir(cfg, out: str):
+    import dataclasses
+
+    if cfg.run.out_dir == out:
+        return cfg
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, out_dir=out))

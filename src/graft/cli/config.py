@@ -1,0 +1,32 @@
+"""`graft config`: print the resolved config, or document every key."""
+
+from __future__ import annotations
+
+import argparse
+
+from graft.cli.common import load
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    config = sub.add_parser("config", help="print the resolved config, or document every key")
+    config.add_argument("config", nargs="?", help="YAML config file")
+    config.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    config.add_argument("--docs", action="store_true", help="list every key with type and default")
+    config.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from graft.config import Config, to_dict
+    from graft.config.lib import describe
+
+    if args.docs:
+        for key, tp, default, doc in describe(Config):
+            print(f"{key}  ({tp}, default {default})" if default else f"{key}  ({tp})")
+            if doc:
+                print(f"    {doc}")
+        return 0
+    cfg = load(args.config, args.overrides)
+    print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+    return 0

@@ -1,0 +1,114 @@
+"""`graft store`: inspect, check and export a trajectory store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    store = sub.add_parser("store", help="inspect, check and export a trajectory store")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    info = store_sub.add_parser("info", help="rows, models, steps, prompts, reward rate per model")
+    info.add_argument("path", help="store path or URI (e.g. RUN_DIR/trajectories)")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    validate = store_sub.add_parser("validate", help="check every file; exit 1 on any problem")
+    validate.add_argument("path")
+    export = store_sub.add_parser("export", help="write the rows as JSON lines")
+    export.add_argument("path")
+    export.add_argument("--format", choices=["jsonl"], default="jsonl")
+    export.add_argument("--out", help="output file (default: standard output)")
+    export.add_argument("--model", action="append", help="only these models (repeatable)")
+    store.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from graft.preflight import replaced_atomically, resolved
+    from graft.store import TrajectoryStore
+
+    if args.path.startswith("~"):  # a `~user` that does not resolve is named, not a traceback
+        args.path = str(resolved(args.path, "store path"))
+    # info and validate list every damaged shard (and exit 1); export refuses to skip one
+    export = args.store_command == "export"
+    target = _export_target(args.path, args.out) if export else None  # before reading the store
+    store = TrajectoryStore(args.path, strict=export)
+    if args.store_command == "info":
+        info = store.info()
+        if args.json:  # the same exit status as the table: 1 when anything is damaged
+            print(json.dumps(info, indent=2))
+            return 1 if info["problems"] else 0
+        print(
+            f"store {info['uri']}: {info['rows']} rows, {info['prompts']} prompts, "
+            f"schema versions {info['schema_versions']}"
+        )
+        print(f"  {'model':16s} {'rows':>8s} {'prompts':>8s} {'steps':>11s} {'reward':>7s}  runs")
+        for name, m in info["models"].items():
+            steps = f"{m['steps'][0]}-{m['steps'][1]}"
+            print(
+                f"  {name:16s} {m['rows']:8d} {m['prompts']:8d} {steps:>11s} "
+                f"{m['reward_rate']:7.3f}  {', '.join(m['runs'])}"
+            )
+        for path, why in info["problems"]:
+            print(f"  problem: {path}: {why}")
+        if info["unverified"]:
+            print(
+                f"  unverified: {len(info['unverified'])} shards have no checksum (written before "
+                f"graft recorded checksums); their rows are read but cannot be proven intact"
+            )
+        if info["problems"]:
+            print(
+                f"NOT OK: {len(info['problems'])} damaged or foreign files left out of the counts "
+                f"(see `graft store validate {args.path}`)"
+            )
+        return 1 if info["problems"] else 0
+    if args.store_command == "validate":
+        report = store.validate()
+        for path, why in report.problems:
+            print(f"problem: {path}: {why}")
+        for path in report.incomplete:
+            print(f"ignored: {path}: an interrupted write (never read)")
+        for path in report.unverified:
+            print(f"unverified: {path}: no checksum (written before graft recorded checksums)")
+        status = "NOT OK" if not report.ok else "unverified" if report.unverified else "ok"
+        print(
+            f"{status}: {report.shards} readable shards, {report.rows} rows, "
+            f"{len(report.problems)} problem files, {len(report.unverified)} shards unverified"
+        )
+        return 0 if report.ok else 1
+    table = store.scan(models=args.model)  # read whole before any output: all rows or none
+    if store.unverified:
+        print(
+            f"warning: {len(store.unverified)} shards have no checksum (unverified)",
+            file=sys.stderr,
+        )
+    if target is None:
+        _write_rows(table, sys.stdout)
+        return 0
+    with replaced_atomically(target) as tmp, tmp.open("w", encoding="utf-8") as out:
+        _write_rows(table, out)
+    return 0
+
+
+def _export_target(store_path: str, out: str | None) -> Path | None:
+    """The file `graft store export --out` writes (None: standard output), checked before the
+    store is read: a writable file outside the store, never one of the store's own files."""
+    from graft.preflight import check_output_file, resolved
+
+    if out is None:
+        return None
+    target = resolved(out, "--out")
+    local = store_path[len("file://") :] if store_path.startswith("file://") else store_path
+    root = Path(local) if "://" not in local else None
+    check_output_file(target, "--out", not_inside=root)
+    return target
+
+
+def _write_rows(table, out) -> None:
+    import json
+
+    for batch in table.to_batches(max_chunksize=1024):
+        for row in batch.to_pylist():
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")

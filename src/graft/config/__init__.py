@@ -1,0 +1,52 @@
+"""Configuration: what a run is, checked before anything runs.
+
+A run is described by nested frozen dataclasses (`schema`: one docstring per field, which `graft
+config --docs` prints), loaded from YAML with dotted overrides by `lib` (`--set algo.clip_high=0.28
+--set models.0.optim.lr=1e-5`). Unknown keys, wrong types, values a consumer would reject and
+inconsistent sizes fail before any work, in one line naming the key: a `Config` validates itself
+once, when it is made (`checks.validate`). Derived sizes live in `Plan` (`checks.make_plan`),
+computed once and never written back into the config. Defaults follow the GRAFT paper's recipe
+where it fixes a value (clip 0.2/0.28, token-mean loss, no KL, AdamW (0.9, 0.999), wd 0.01, grad
+clip 1.0, temperature 1, top-p 1).
+"""
+
+from graft.config.checks import Plan, make_plan
+from graft.config.lib import ConfigError, load_config, to_dict
+from graft.config.schema import (
+    AlgoConfig,
+    ArithmeticConfig,
+    Config,
+    EvalConfig,
+    ExchangeConfig,
+    LoRAConfig,
+    MathDataConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    RunConfig,
+    StoreConfig,
+    TaskConfig,
+    VerifyConfig,
+)
+
+__all__ = [
+    "AlgoConfig",
+    "ArithmeticConfig",
+    "Config",
+    "ConfigError",
+    "EvalConfig",
+    "ExchangeConfig",
+    "LoRAConfig",
+    "MathDataConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "Plan",
+    "RolloutConfig",
+    "RunConfig",
+    "StoreConfig",
+    "TaskConfig",
+    "VerifyConfig",
+    "load_config",
+    "make_plan",
+    "to_dict",
+]

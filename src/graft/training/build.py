@@ -1,0 +1,126 @@
+"""Building a policy from its spec: model and tokenizer loaded to their device and dtype, LoRA
+adapters, the frozen reference for a KL term, the AdamW optimizer over what trains, the precision
+policy and, for `rollout.engine=vllm`, the sampling engine. `Policy` holds what this returns."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from graft.config import AlgoConfig, ConfigError, ModelConfig, RolloutConfig
+from graft.models.common import model_fingerprint, state_fingerprint
+from graft.models.load import load_model_and_tokenizer
+from graft.models.lora import AdapterOff, LoRAError, adapter_state, apply_lora, lora_enabled
+from graft.seeds import derive_seed
+from graft.training.precision import Precision, low_precision_warning
+from graft.training.update import UpdateSettings
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Everything a worker needs to build a policy (plain data, picklable)."""
+
+    model: ModelConfig
+    rollout: RolloutConfig
+    algo: AlgoConfig
+    seed: int
+    threads: int = 0
+    cache_dir: str = ""
+    index: int = 0
+    """Position in the config's model list (for error messages: models.<index>)."""
+    update: UpdateSettings | None = None
+    """The update's settings, built by the driver from the whole config (`policy_specs`); None:
+    those of `algo`, `rollout` and the model's optimizer, without an exchange's settings."""
+
+    def update_settings(self) -> UpdateSettings:
+        """The settings this policy's update runs with."""
+        if self.update is not None:
+            return self.update
+        return UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
+
+
+@dataclass
+class PolicyParts:
+    """What a policy is made of, built once by `build_parts`."""
+
+    device: str
+    model: PreTrainedModel
+    """The model that trains (with LoRA: the base model with the adapter layers injected)."""
+    tokenizer: PreTrainedTokenizerBase
+    adapter: Any
+    """The peft wrapper when only LoRA adapters train, else None."""
+    fingerprint: str
+    """Of the initial weights (with LoRA: `<base hash>+lora:<adapter hash>`); stored."""
+    precision: Precision
+    ref_model: torch.nn.Module | None
+    """The frozen reference policy of the KL term (None without one)."""
+    optimizer: torch.optim.Optimizer
+    engine: Any
+    """The vLLM engine (None: sampling with transformers)."""
+
+
+def build_parts(spec: PolicySpec) -> PolicyParts:
+    if spec.threads > 0:
+        torch.set_num_threads(spec.threads)
+    key = f"models.{spec.index}"
+    device = resolve_device(spec.model.device)
+    cache = Path(spec.cache_dir) if spec.cache_dir else None
+    model, tokenizer = load_model_and_tokenizer(spec.model, cache_dir=cache, key=key, device=device)
+    model.eval()  # no dropout in RL updates; gradients still flow
+    m = spec.model
+    precision = Precision(m.dtype, m.param_dtype, device=device)
+    message = low_precision_warning(m.dtype, m.param_dtype, key=key)
+    if message:
+        warnings.warn(message, stacklevel=3)
+    fingerprint = model_fingerprint(model)
+    adapter = None
+    if lora_enabled(m.lora):
+        adapter, model, fingerprint = _add_adapter(spec, model, fingerprint)
+    ref_model: torch.nn.Module | None = None
+    if spec.algo.kl_coef > 0:
+        ref_model = (
+            AdapterOff(adapter)
+            if adapter is not None
+            else copy.deepcopy(model).requires_grad_(False)
+        )
+    o = m.optim
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=o.lr,
+        betas=o.betas,
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+    )
+    engine = None
+    if spec.rollout.engine == "vllm":
+        from graft.rollout.vllm_engine import VLLMEngine
+
+        # The engine takes this model's config and weights (whatever models.N names).
+        engine = VLLMEngine(model, rollout=spec.rollout, dtype=m.dtype, seed=spec.seed, key=key)
+    return PolicyParts(
+        device, model, tokenizer, adapter, fingerprint, precision, ref_model, optimizer, engine
+    )
+
+
+def _add_adapter(spec: PolicySpec, model: PreTrainedModel, fingerprint: str):
+    """LoRA adapters on the model (seeded per run and policy): (the peft wrapper, the model with
+    the adapter layers injected, the revision `<base hash>+lora:<adapter hash>`)."""
+    seed = derive_seed(spec.seed, spec.model.name, "lora")
+    try:
+        adapter = apply_lora(model, spec.model.lora, key=f"models.{spec.index}.lora", seed=seed)
+    except LoRAError as err:
+        raise ConfigError(str(err)) from None
+    fingerprint += f"+lora:{state_fingerprint(adapter_state(adapter))}"
+    return adapter, adapter.get_base_model(), fingerprint

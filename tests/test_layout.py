@@ -1,0 +1,63 @@
+"""The layout shows the architecture: packages that say what they hold, modules of a readable
+size, and a command line that loads nothing heavy before a command runs."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "graft"
+MAX_LINES = 500
+HEAVY = ("torch", "transformers", "numpy", "pyarrow", "tokenizers", "safetensors", "matplotlib")
+
+
+def test_no_module_over_500_lines():
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py")]
+    files += [*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "scripts").glob("*.py")]
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, long
+
+
+def test_every_package_says_what_it_holds():
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.split()) >= 8, f"{init.relative_to(ROOT)}: no docstring"
+
+
+def test_only_the_data_flow_packages_and_shared_modules_stand_at_the_top():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert top == ["errors", "preflight", "procutil", "seeds", "types"], top
+
+
+def _imported_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    return {m.split(".")[0] for m in out.split()}
+
+
+def test_import_graft_and_the_parser_load_nothing_heavy():
+    loaded = _imported_after("import graft, graft.cli\ngraft.cli.build_parser()")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_graft_help_loads_nothing_heavy():
+    probe = (
+        "import sys, contextlib, io\nfrom graft.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
+        f"{HEAVY!r}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert out.strip() == "", out
