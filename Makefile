@@ -1,9 +1,10 @@
 # Entry points, each creating or reusing its virtual environment and installing the dependencies
 # at the exact versions of a constraints file (torch is pinned there, always: an unpinned torch
 # would pull a multi-GB CUDA build):
-#   make demo       - set up .venv (constraints.txt: the tested newest versions) and run the main
-#                     job on the CPU
-#   make test       - set up .venv and run the test suite (slow tests excluded; see `make test-slow`)
+#   make demo       - set up .venv with what graft itself needs (constraints.txt: the tested newest
+#                     versions) and run the main job on the CPU
+#   make test       - set up .venv with the dev extras too and run the test suite (slow tests
+#                     excluded; see `make test-slow`)
 #   make test-min   - set up .venv-min with the lowest versions pyproject.toml allows
 #                     (constraints-min.txt; torch stays 2.13.0) and run the same fast suite there
 
@@ -11,6 +12,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+STAMP_BASE := $(VENV)/.installed-base
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed
@@ -21,9 +23,15 @@ KEY_PACKAGES := torch|transformers|tokenizers|safetensors|huggingface.hub|math.v
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+# graft and its own dependencies: all `make demo` needs.
+$(STAMP_BASE): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
+	$(PY) -m pip install --quiet -c constraints.txt -e .
+	touch $(STAMP_BASE)
+
+# The dev extras on top (pytest, ruff, and the optional integrations the tests exercise).
+$(STAMP): $(STAMP_BASE)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
@@ -33,7 +41,7 @@ $(STAMP_MIN): pyproject.toml constraints-min.txt
 	$(PY_MIN) -m pip install --quiet -c constraints-min.txt -e ".[dev]"
 	touch $(STAMP_MIN)
 
-demo: $(STAMP)
+demo: $(STAMP_BASE)
 	$(VENV)/bin/graft demo
 
 test: $(STAMP)

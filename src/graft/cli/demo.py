@@ -9,14 +9,18 @@ from pathlib import Path
 def add_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "demo",
-        help="where GRAFT helps and where its gate starves: two tiny models, two regimes, on CPU",
+        help="GRPO vs GRAFT on two tiny heterogeneous models, on the CPU, in minutes",
         description="Builds (or reuses) two tiny models that differ in architecture and tokenizer, "
-        "pre-trained on complementary skills in two regimes (latent: the weak skill starts low; "
-        "cold: it starts near 1-2%); runs GRPO, GRAFT with the paper's weight, GRAFT with the "
-        "receiver-relative score and stored-peer GRAFT with the same seeds and per-model budget; "
-        "evaluates held-out accuracy per skill during training; reports each method minus GRPO "
-        "with 95% intervals over seeds and the exchange regime; writes results.json, results.md "
-        "and curves.png. Finished runs are reused, so an interrupted demo or study resumes.",
+        "pre-trained on complementary skills (each weak where the other is strong); trains them "
+        "with GRPO and with GRAFT (the paper's weight) from the same seed and per-model budget; "
+        "evaluates held-out accuracy per skill; reports each method minus GRPO (with 95% "
+        "intervals when there are several seeds) and the exchange regime; writes results.json, "
+        "results.md and curves.png. This default is a reduced version of the study that fits "
+        "ten minutes (docs/evidence.md); --study runs the study itself: both regimes (latent, "
+        "and cold: the weak skill starts near 1-2%), GRAFT with the receiver-relative score and "
+        "from a "
+        "stored peer, the ablations, five seeds. Finished runs are reused, so an interrupted demo "
+        "or study resumes.",
     )
     demo.add_argument("--out", default="runs/demo", help="output directory (default: runs/demo)")
     demo.add_argument(

@@ -1,17 +1,19 @@
-"""`graft demo`: where GRAFT helps and where its gate starves, on a CPU, with nothing downloaded.
+"""`graft demo`: GRPO and GRAFT on two heterogeneous tiny models, on a CPU, with nothing downloaded.
 
 Two tiny policies that differ in architecture AND tokenizer (a Llama with a character tokenizer, a
 Qwen2 with a small BPE) are pre-trained on complementary mixes of two skills (3-digit x 1-digit
 multiplication with a place-value scratchpad, multipliers 2-5 vs 6-9), in two regimes:
   latent: 97/3 and 2/98, so each weak skill starts around 5-10% (GRPO gets some signal there);
   cold:   99.5/0.5 and 0.5/99.5, so each weak skill starts near 1-2% (almost none).
-With the same seeds, prompt order and per-model rollout budget, each regime runs
-  GRPO (the two trained side by side with the exchange off: identical to alone),
-  GRAFT online with the paper's weight, GRAFT online with the receiver-relative score,
-  stored-peer GRAFT (each model against the trajectories of the OTHER model's GRPO run),
-and `--study` adds the paper's ablations in the latent regime. Every policy is evaluated on
-held-out problems at several points; `graft.evidence.compare` turns the runs into paired differences
-against GRPO with 95% intervals over seeds (demo_report.py writes the results).
+The study (`--study`, docs/evidence.md) runs, in each regime, with the same seeds, prompt order and
+per-model rollout budget: GRPO (the two side by side with the exchange off: identical to alone),
+GRAFT online with the paper's weight, GRAFT online with the receiver-relative score, stored-peer
+GRAFT (each model against the trajectories of the OTHER model's GRPO run), and the paper's
+ablations in the latent regime, over five seeds. The default demo is a reduced version that fits
+ten minutes on a fresh 2-core machine: the latent regime only, GRPO and GRAFT (paper weight),
+8 prompts per step instead of 16, three evaluations on 100 problems. Every policy is evaluated on
+held-out problems; `graft.evidence.compare` turns the runs into paired differences against GRPO
+with 95% intervals over seeds (demo_report.py writes the results).
 
 Runs are resumable: a finished run (marked by `done.json` holding its config) is reused, an
 interrupted one is started again from scratch.
@@ -73,6 +75,9 @@ MAIN_METHODS = ("grpo", "graft", "graft_rr", "stored")
 
 @dataclass(frozen=True)
 class DemoSettings:
+    """One design of the demo. The field defaults are the study's design (docs/evidence.md);
+    `make()` gives the default demo, a reduced version of it that fits ten minutes."""
+
     steps: int = 60
     eval_every: int = 10
     prompts_per_step: int = 16
@@ -115,7 +120,16 @@ class DemoSettings:
         elif study:
             s = cls(seeds=STUDY_SEEDS, ablations=tuple(ABLATIONS), mode="study")
         else:
-            s = cls()  # seed 0 of the study, without the ablations: the same runs
+            # The study's models, steps and learning rate, reduced where the time goes: the latent
+            # regime only, GRPO against the paper's GRAFT, 8 prompts per step instead of 16, and
+            # three evaluations on 100 problems (docs/evidence.md, "The default demo").
+            s = cls(
+                prompts_per_step=8,
+                eval_every=30,
+                eval_problems=100,
+                regimes=("latent",),
+                methods=("grpo", "graft"),
+            )
         s = replace(s, methods=(*s.methods, *extra))
         return replace(s, seeds=tuple(range(seeds))) if seeds else s
 
