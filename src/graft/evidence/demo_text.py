@@ -138,8 +138,13 @@ def regime_section(name: str, regime: Mapping[str, Any], labels: Mapping[str, st
 def markdown(results: Mapping[str, Any]) -> str:
     s = results["settings"]
     labels = results["labels"]
+    title = (
+        "where GRAFT helps and where its gate starves"
+        if len(results["regimes"]) > 1
+        else "GRPO and GRAFT on a complementary pair (a reduced study: docs/evidence.md)"
+    )
     text = [
-        f"# graft demo ({s['mode']}): where GRAFT helps and where its gate starves",
+        f"# graft demo ({s['mode']}): {title}",
         "",
         f"Two tiny models that differ in architecture and tokenizer (llama: Llama + character "
         f"tokenizer, strong on multipliers 2-5; qwen: Qwen2 + BPE, strong on 6-9). Per model "
