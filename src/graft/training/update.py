@@ -22,6 +22,14 @@ from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
 from graft.training.loss import ObjectiveTerms, graft_objective, loss_coefficients
 from graft.training.modeling import distinct_pairs, sequence_logprobs
 from graft.training.precision import Precision
+from graft.training.shards import (
+    UNSHARDED,
+    ShardRank,
+    my_chunks,
+    rank_loss,
+    sum_across_ranks,
+    total_norm,
+)
 from graft.types import TrainGroup, TrainSequence
 
 _ALGO, _ROLLOUT, _OPTIM, _EXCHANGE = AlgoConfig(), RolloutConfig(), OptimConfig(), ExchangeConfig()
@@ -247,11 +255,13 @@ def minibatch_backward(
     pad_id: int,
     ref_model: torch.nn.Module | None = None,
     precision: Precision | None = None,
+    shard: ShardRank = UNSHARDED,
 ) -> dict[str, float]:
     """Accumulate the gradient of one minibatch's loss over micro-batches (no optimizer step).
 
     The aggregation coefficients are computed over the whole minibatch first, so the result does
-    not depend on how the minibatch is cut into micro-batches.
+    not depend on how the minibatch is cut into micro-batches, nor (with `shard`: this rank's
+    share of them, graft.training.shards) on how many ranks run them.
     """
     precision = precision or Precision()
     coef_B = sequence_coefficients(sequences, s)
@@ -263,17 +273,25 @@ def minibatch_backward(
     totals["skipped_tokens"] = float(sum(skipped))
     if s.sort_by_length:  # less padding; the sum over sequences does not depend on the order
         keep.sort(key=lambda i: _length_key(sequences[i]))
-    for start in range(0, len(keep), s.micro_batch_size):
-        idx = keep[start : start + s.micro_batch_size]
+    chunks = [keep[i : i + s.micro_batch_size] for i in range(0, len(keep), s.micro_batch_size)]
+    micro_totals: dict[str, float] = {}
+    for idx in my_chunks(chunks, shard):
+        if idx is None:  # another rank has one more micro-batch: a zero-weight pass
+            idx, weight = keep[:1], 0.0
+        else:
+            weight = 1.0
         micro = [sequences[i] for i in idx]
-        if s.dedup_responses:  # copies run once; counted for train/duplicate_frac
+        if s.dedup_responses and weight:  # copies run once; counted for train/duplicate_frac
             dup = float(duplicate_tokens(micro))
-            totals["duplicate_tokens"] = totals.get("duplicate_tokens", 0.0) + dup
+            micro_totals["duplicate_tokens"] = micro_totals.get("duplicate_tokens", 0.0) + dup
+        coef = coef_B[idx] if weight else coef_B[idx] * 0.0
         loss, stats = _micro_loss(
-            model, micro, coef_B[idx], s, pad_id=pad_id, ref_model=ref_model, precision=precision
+            model, micro, coef, s, pad_id=pad_id, ref_model=ref_model, precision=precision
         )
-        precision.backward(loss)
-        _accumulate(totals, {key: float(value) for key, value in stats.items()})
+        precision.backward(rank_loss(loss, shard))
+        if weight:
+            _accumulate(micro_totals, {key: float(value) for key, value in stats.items()})
+    _accumulate(totals, sum_across_ranks(micro_totals, shard))
     return totals
 
 
@@ -305,9 +323,12 @@ def train_on_batch(
     set_lr: Callable[[], float] | None = None,
     seed: int = 0,
     precision: Precision | None = None,
+    shard: ShardRank = UNSHARDED,
 ) -> dict[str, float]:
     """The whole update for one rollout batch; returns metrics (means over optimizer steps).
-    `precision`: the compute dtype and loss scaler (default: float32 throughout)."""
+    `precision`: the compute dtype and loss scaler (default: float32 throughout); `shard`: this
+    rank's place when the model is sharded over several (every rank calls this with the same
+    groups)."""
     precision = precision or Precision()
     ordered = order_groups(groups, peer_position=s.peer_position, seed=seed)
     minibatches = split_minibatches(ordered, s.minibatches)
@@ -324,12 +345,18 @@ def train_on_batch(
             optimizer.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
             stats = minibatch_backward(
-                model, sequences, s, pad_id=pad_id, ref_model=ref_model, precision=precision
+                model,
+                sequences,
+                s,
+                pad_id=pad_id,
+                ref_model=ref_model,
+                precision=precision,
+                shard=shard,
             )
             t1 = time.perf_counter()
             precision.unscale(optimizer)
             max_norm = s.grad_clip if s.grad_clip > 0 else float("inf")
-            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+            norm = total_norm(torch.nn.utils.clip_grad_norm_(params, max_norm))
             if not _finite_step(norm, stats, precision):
                 optimizer.zero_grad(set_to_none=True)  # never reaches optimizer.step
                 nonfinite += 1

@@ -1,0 +1,131 @@
+"""One policy's update over K ranks with PyTorch's FSDP2 (`fully_shard`): the building blocks.
+
+Each rank holds 1/K of the parameters, gradients and AdamW state (float32 master weights); the
+forward and backward of a decoder layer gather its full parameters just in time. The update stays
+the method's exactly: every rank computes the aggregation coefficients over the WHOLE minibatch
+(`update.sequence_coefficients`), runs its own share of the micro-batches, and the gradients are
+summed across ranks (each rank's loss is multiplied by K before FSDP averages the K gradients:
+exact for a power of two; gloo has no pre-multiplied sum), so K ranks produce the update one rank
+would, up to the order of float additions. A rank with fewer micro-batches than another runs
+zero-weight passes, so that every rank meets every collective.
+
+What is here is what a rank does; spawning a policy's ranks, placing them and serving a run's
+calls through them belong to the backends.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Every collective of a shard group gives up after this long: a dead rank ends the run, never
+hangs it."""
+
+
+@dataclass(frozen=True)
+class ShardRank:
+    """This process's place in its policy's shard group (rank 0 of 1: not sharded)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def sharded(self) -> bool:
+        return self.world > 1
+
+
+UNSHARDED = ShardRank()
+
+
+def init_shard_group(
+    rank: int, world: int, *, init_method: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> ShardRank:
+    """Join the policy's process group: gloo on CPU, NCCL when CUDA is there."""
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(
+        backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    return ShardRank(rank, world)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks, by the class names transformers marks as never to be split."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def shard_model(model: torch.nn.Module, *, compute_dtype: torch.dtype | None = None):
+    """FSDP2 over the current process group: each decoder layer, then the root (embeddings, the
+    final norm and the head). Master weights stay in their stored dtype; `compute_dtype` other
+    than that is the mixed-precision policy of the forward and backward."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    stored = next(model.parameters()).dtype
+    kwargs = {}
+    if compute_dtype is not None and compute_dtype != stored:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=stored)
+    layers = decoder_layers(model)
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__}: no decoder layers to shard (its _no_split_modules is empty)"
+        )
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def my_chunks(chunks: list, shard: ShardRank) -> list:
+    """This rank's micro-batches, padded with None to the count of the rank that has the most
+    (None: a zero-weight pass that keeps the collectives in step)."""
+    if not shard.sharded:
+        return chunks
+    mine = chunks[shard.rank :: shard.world]
+    most = -(-len(chunks) // shard.world)
+    return mine + [None] * (most - len(mine))
+
+
+def sum_across_ranks(stats: dict[str, float], shard: ShardRank) -> dict[str, float]:
+    """The micro-batch statistics of every rank together (`ratio_max`: the largest)."""
+    if not shard.sharded:
+        return stats
+    keys = sorted(stats)
+    gathered: list[dict[str, float] | None] = [None] * shard.world
+    dist.all_gather_object(gathered, {k: stats[k] for k in keys})
+    out: dict[str, float] = {}
+    for part in gathered:
+        for key, value in (part or {}).items():
+            if key == "ratio_max":
+                out[key] = max(out.get(key, value), value)
+            else:
+                out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def rank_loss(loss: torch.Tensor, shard: ShardRank) -> torch.Tensor:
+    """The loss this rank back-propagates: FSDP averages the ranks' gradients, the update needs
+    their sum."""
+    return loss * shard.world if shard.sharded else loss
+
+
+def total_norm(norm: torch.Tensor) -> float:
+    """A gradient norm as a float: the full value when FSDP returned it as a DTensor."""
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if full is not None else norm)
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer in full, on every rank (a collective: all ranks call it)."""
+    out = {}
+    for key, value in model.state_dict().items():
+        full = getattr(value, "full_tensor", None)
+        out[key] = (full() if full is not None else value).detach().cpu().clone()
+    return out
