@@ -12,17 +12,16 @@ os.environ.setdefault(
 torch.set_num_threads(2)
 
 
-@pytest.fixture
-def random_lm():
-    """A small random Llama (vocab 32), for tests of the update math that need real gradients."""
+def random_llama(*, vocab: int = 32, layers: int = 2):
+    """A small random Llama (seeded: the same weights every call), pad 0, eos 1, tied head."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=32,
+        vocab_size=vocab,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=64,
@@ -32,6 +31,12 @@ def random_lm():
         bos_token_id=None,
     )
     return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture
+def random_lm():
+    """A small random Llama (vocab 32), for tests of the update math that need real gradients."""
+    return random_llama()
 
 
 def small_tiny_spec(arch: str = "llama", tokenizer: str = "char", **kw):

@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from conftest import random_llama
 from graft.config import AlgoConfig, OptimConfig, RolloutConfig
 from graft.training.modeling import score_sequences
 from graft.training.shards import (
@@ -34,23 +35,7 @@ REL_TOL = 2e-6
 
 
 def _model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return random_llama(vocab=40, layers=3)
 
 
 def _batches(model) -> list[list[TrainGroup]]:
@@ -137,3 +122,78 @@ def test_two_ranks_give_the_weights_of_one(tmp_path):
     want_norms = [s["grad_norm"] for s in ref_stats]
     assert norms == pytest.approx(want_norms, rel=1e-5)  # clipping saw the same global norm
     assert moved > 1e-3  # the three steps moved the weights, or equality proves nothing
+
+
+# ------------------------------------------------------- a sharded policy in a training run
+
+RUN = [
+    "run.steps=3",
+    "run.save_every=1",
+    "run.backend=processes",
+    "run.progress=false",
+    "eval.every=0",
+    "rollout.prompts_per_step=8",
+    "rollout.group_size=4",
+]
+
+
+def _weights(run_dir, step=3):
+    return load_file(str(run_dir / f"checkpoints/step_{step:06d}/llama/model.safetensors"))
+
+
+def _relative(a, b) -> float:
+    return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
+
+
+@pytest.mark.timeout(600)
+def test_a_sharded_policy_trains_resumes_and_checkpoints_as_one_rank(tmp_path):
+    """`models.0.shards: 2` through `graft train` (worker-process backend, gloo): the same
+    rewards and, after 3 GRPO steps, the weights of `shards: 1` to 1e-6; a checkpoint with the
+    consolidated model and one AdamW file per rank; a resume from step 2 ends bit for bit where
+    the uninterrupted sharded run ends."""
+    from graft.cli import main
+    from graft.rundir import read_metrics, verify_checkpoint
+
+    config = "configs/grpo_tiny.yaml"
+    for name, shards, steps in (("one", 1, 3), ("two", 2, 3), ("resumed", 2, 2)):
+        args = [
+            "train",
+            config,
+            "--out",
+            str(tmp_path / name),
+            "--set",
+            f"models.0.shards={shards}",
+        ]
+        args += [a for o in [*RUN, f"run.steps={steps}"] for a in ("--set", o)]
+        assert main(args) == 0
+    assert main(["train", "--resume", str(tmp_path / "resumed"), "--set", "run.steps=3"]) == 0
+
+    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert _relative(two, one) <= 1e-6
+    rewards = [[r.get("reward/mean") for r in read_metrics(tmp_path / d)] for d in ("one", "two")]
+    assert rewards[0] == rewards[1]
+    resumed = _weights(tmp_path / "resumed")
+    assert all(torch.equal(resumed[k], two[k]) for k in two)
+    checkpoint = tmp_path / "two" / "checkpoints" / "step_000003"
+    verify_checkpoint(checkpoint)
+    files = sorted(p.name for p in (checkpoint / "llama" / "optimizer").iterdir())
+    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    state = json.loads((checkpoint / "llama" / "policy_state.json").read_text())
+    assert state == {"num_updates": 6, "shards": 2}
+
+
+def test_what_a_sharded_policy_does_not_support_yet_is_refused_in_one_line():
+    from graft.config import Config, ConfigError, load_config
+
+    base = ["models.0.shards=2"]
+    for extra, what in (
+        (["run.backend=inprocess"], "run.backend=inprocess"),
+        (["algo.kl_coef=0.1"], "a KL term"),
+        (["models.0.lora.r=4"], "LoRA adapters"),
+        (["models.0.dtype=float16"], "dtype float16/float32"),
+    ):
+        with pytest.raises(ConfigError, match=rf"models\.0\.shards: .*does not support {what}"):
+            load_config(Config, "configs/grpo_tiny.yaml", [*base, *extra])
+    with pytest.raises(ConfigError, match=r"models\.0\.shards"):
+        load_config(Config, "configs/grpo_tiny.yaml", ["models.0.shards=0"])
+    assert load_config(Config, "configs/grpo_tiny.yaml", base).models[0].shards == 2

@@ -32,10 +32,11 @@ __all__ = [
 BACKENDS = ("inprocess", "processes", "ray")
 
 
-def resolve_backend(kind: str, num_policies: int) -> str:
-    """`auto`: parallel worker processes for several policies, in-process for one."""
+def resolve_backend(kind: str, num_policies: int, *, sharded: bool = False) -> str:
+    """`auto`: parallel worker processes for several policies or a sharded one, in-process for
+    one policy on one rank."""
     if kind == "auto":
-        return "processes" if num_policies > 1 else "inprocess"
+        return "processes" if num_policies > 1 or sharded else "inprocess"
     return kind
 
 
@@ -43,7 +44,7 @@ def make_backend(
     specs: Sequence[PolicySpec], kind: str = "auto", *, ray_strategy: str = "none"
 ) -> Backend:
     """The backend of `kind` (see `resolve_backend`) holding one policy per spec."""
-    kind = resolve_backend(kind, len(specs))
+    kind = resolve_backend(kind, len(specs), sharded=any(s.model.shards > 1 for s in specs))
     if kind == "inprocess":
         from graft.backends.inprocess import InProcessBackend
 
@@ -63,7 +64,8 @@ def policy_specs(cfg: Config) -> list[PolicySpec]:
     """One spec per model of a training config, with its share of the cores."""
     cores = os.cpu_count() or 1
     # Policies that run one after the other each get every core; parallel ones share them.
-    serial = resolve_backend(cfg.run.backend, len(cfg.models)) == "inprocess"
+    sharded = any(m.shards > 1 for m in cfg.models)
+    serial = resolve_backend(cfg.run.backend, len(cfg.models), sharded=sharded) == "inprocess"
     threads = cfg.run.threads or (cores if serial else max(1, cores // len(cfg.models)))
     return [
         PolicySpec(

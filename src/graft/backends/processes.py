@@ -38,7 +38,12 @@ def _serve(conn: Connection, spec: PolicySpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     die_with_parent()
     try:
-        policy = Policy(spec)
+        if spec.model.shards > 1:
+            from graft.training.sharded_policy import ShardedPolicy
+
+            policy: Policy = ShardedPolicy(spec)
+        else:
+            policy = Policy(spec)
     except BaseException as exc:
         conn.send(("error", _portable(exc)))
         return
@@ -69,7 +74,9 @@ class ProcessBackend(Backend):
                 target=_serve,
                 args=(child, spec),
                 name=f"graft-policy-{spec.model.name}",
-                daemon=True,
+                # A sharded policy starts its other ranks itself, which a daemon may not do;
+                # die_with_parent still ends it with the driver.
+                daemon=spec.model.shards == 1,
             )
             proc.start()
             child.close()

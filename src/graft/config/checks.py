@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from graft.config.lib import ConfigError, expand_user
 
 if TYPE_CHECKING:
-    from graft.config import Config, LoRAConfig, OptimConfig
+    from graft.config import Config, LoRAConfig, ModelConfig, OptimConfig
 
 
 MAX_INT = 2**31 - 1
@@ -226,6 +226,28 @@ def _check_models(cfg: Config) -> None:
         _number(m.num_cpus, f"{key}.num_cpus", 0, MAX_THREADS, note=" (0: a share of run.threads)")
         _check_optim(m.optim, f"{key}.optim")
         _check_lora(m.lora, f"{key}.lora", engine=cfg.rollout.engine)
+        _check_shards(cfg, m, f"{key}.shards")
+
+
+def _check_shards(cfg: Config, m: ModelConfig, key: str) -> None:
+    _count(m.shards, key, 1, MAX_PROCESSES)
+    if m.shards == 1:
+        return
+    unsupported = [
+        (cfg.run.backend in ("auto", "processes"), f"run.backend={cfg.run.backend}"),
+        (cfg.rollout.engine != "vllm", f"rollout.engine={cfg.rollout.engine}"),
+        (m.lora.r == 0, "LoRA adapters"),
+        (cfg.algo.kl_coef == 0, "a KL term (algo.kl_coef > 0)"),
+        (m.dtype != "float16" and m.param_dtype == "float32", f"dtype {m.dtype}/{m.param_dtype}"),
+    ]
+    for ok, what in unsupported:
+        _check(
+            ok,
+            key,
+            f"a sharded policy ({m.shards} ranks) does not support {what} yet; it needs the "
+            f"worker-process backend, the transformers sampler, full fine-tuning, no KL term, "
+            f"float32 master weights and float32 or bfloat16 compute",
+        )
 
 
 def _check_optim(o: OptimConfig, key: str) -> None:

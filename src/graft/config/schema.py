@@ -183,6 +183,11 @@ class ModelConfig:
     """This policy's optimizer."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """Train low-rank adapters instead of the whole model (off by default)."""
+    shards: int = 1
+    """Ranks this policy's update runs on (PyTorch FSDP2: parameters, gradients and AdamW state
+    split K ways; gloo on CPU, NCCL on GPU), in the worker-process backend. The update equals one
+    rank's. Rank 0 samples and scores with a full copy of the weights, refreshed after each
+    update. 1: one process, not sharded."""
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,8 @@ def _required(folder: Path) -> tuple[str, ...]:
             "optimizer.pt",
             "policy_state.json",
         )
+    if (folder / "optimizer").is_dir():  # a sharded policy: AdamW in one file per rank
+        return ("model.safetensors", "optimizer/.metadata", "policy_state.json")
     return ("model.safetensors", "optimizer.pt", "policy_state.json")
 
 

@@ -124,3 +124,12 @@ def _add_adapter(spec: PolicySpec, model: PreTrainedModel, fingerprint: str):
         raise ConfigError(str(err)) from None
     fingerprint += f"+lora:{state_fingerprint(adapter_state(adapter))}"
     return adapter, adapter.get_base_model(), fingerprint
+
+
+def set_warmup_lr(optimizer: torch.optim.Optimizer, optim: Any, num_updates: int) -> float:
+    """The learning rate of update `num_updates` (1-based: linear warm-up over
+    `optim.warmup_steps`, then `optim.lr`), set on every parameter group."""
+    scale = min(1.0, num_updates / optim.warmup_steps) if optim.warmup_steps > 0 else 1.0
+    for group in optimizer.param_groups:
+        group["lr"] = optim.lr * scale
+    return optim.lr * scale

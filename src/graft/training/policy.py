@@ -23,7 +23,7 @@ from graft.models.lora import (
     save_adapter,
 )
 from graft.rollout import SamplingParams, sample
-from graft.training.build import PolicySpec, build_parts
+from graft.training.build import PolicySpec, build_parts, set_warmup_lr
 from graft.training.modeling import score_sequences
 from graft.training.update import train_on_batch
 from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
@@ -194,12 +194,8 @@ class Policy:
         return [imp for imp in out if imp is not None]
 
     def _set_lr(self) -> float:
-        o = self.spec.model.optim
         self.num_updates += 1
-        scale = min(1.0, self.num_updates / o.warmup_steps) if o.warmup_steps > 0 else 1.0
-        for group in self.optimizer.param_groups:
-            group["lr"] = o.lr * scale
-        return o.lr * scale
+        return set_warmup_lr(self.optimizer, self.spec.model.optim, self.num_updates)
 
     def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
         if self.spec.algo.recompute_old_logprobs:
