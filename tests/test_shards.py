@@ -197,3 +197,66 @@ def test_what_a_sharded_policy_does_not_support_yet_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"models\.0\.shards"):
         load_config(Config, "configs/grpo_tiny.yaml", ["models.0.shards=0"])
     assert load_config(Config, "configs/grpo_tiny.yaml", base).models[0].shards == 2
+
+
+def _train_args(out, *overrides: str, config: str = "configs/grpo_tiny.yaml") -> list[str]:
+    return ["train", config, "--out", str(out)] + [
+        a for o in [*RUN, *overrides] for a in ("--set", o)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupted_run(tmp_path):
+    """Rank 1 of a sharded policy killed mid-run: the run ends in one line naming the policy and
+    the rank, well within the collective timeout, with its last checkpoint intact. The driver
+    killed with SIGKILL: its ranks go with it. Either way `--resume` ends with the weights of the
+    uninterrupted sharded run, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from graft.cli import main
+    from graft.rundir import latest_checkpoint, verify_checkpoint
+
+    sharded = ("models.0.shards=2", "run.save_every=2")
+    assert main(_train_args(tmp_path / "whole", "run.steps=4", *sharded)) == 0
+    want = _weights(tmp_path / "whole", 4)
+    for victim in ("rank", "driver"):
+        out = tmp_path / victim
+        cmd = [sys.executable, "-m", "graft.cli", *_train_args(out, "run.steps=40", *sharded)]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 300
+        while time.time() < deadline and not (
+            (out / "checkpoints" / "step_000002").is_dir() and (out / "workers.json").is_file()
+        ):
+            time.sleep(0.2)
+        pids = json.loads((out / "workers.json").read_text())["llama"]["rank_pids"].split(",")
+        start = time.time()
+        os.kill(int(pids[1]) if victim == "rank" else proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+        if victim == "rank":
+            assert proc.returncode == 2, err
+            assert time.time() - start < 120
+            last = err.strip().splitlines()[-1]
+            assert "policy 'llama': rank 1 of 2 died" in last, last
+        verify_checkpoint(latest_checkpoint(out))
+        assert main(["train", "--resume", str(out), "--set", "run.steps=4"]) == 0
+        got = _weights(out, 4)
+        assert all(torch.equal(got[k], want[k]) for k in want), victim
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_graft_pair_with_one_sharded_policy_trains_as_the_unsharded_pair(tmp_path):
+    from graft.cli import main
+
+    graft = "configs/graft_tiny.yaml"
+    assert main(_train_args(tmp_path / "one", config=graft)) == 0
+    assert main(_train_args(tmp_path / "two", "models.0.shards=2", config=graft)) == 0
+    for name in ("llama", "qwen"):
+        a = load_file(str(tmp_path / f"one/checkpoints/step_000003/{name}/model.safetensors"))
+        b = load_file(str(tmp_path / f"two/checkpoints/step_000003/{name}/model.safetensors"))
+        assert _relative(b, a) <= 1e-6, name

@@ -19,6 +19,7 @@ import contextlib
 import copy
 import json
 import multiprocessing
+import os
 import signal
 import socket
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from graft.errors import PolicyWorkerError
 from graft.procutil import die_with_parent
 from graft.training.build import PolicySpec, build_parts, set_warmup_lr
 from graft.training.policy import Policy
@@ -178,8 +180,8 @@ class ShardedPolicy(Policy):
             except OSError:
                 raise self._rank_died(rank, proc) from None
 
-    def _rank_died(self, rank: int, proc: Any) -> RuntimeError:
-        return RuntimeError(
+    def _rank_died(self, rank: int, proc: Any) -> PolicyWorkerError:
+        return PolicyWorkerError(
             f"policy {self.name!r}: rank {rank} of {self.worker.shard.world} died "
             f"(exit code {proc.exitcode})"
         )
@@ -194,6 +196,11 @@ class ShardedPolicy(Policy):
                 if not proc.is_alive():
                     raise self._rank_died(rank, proc) from None
             raise
+
+    def describe(self) -> dict[str, str]:
+        """Provenance, with the ranks: their count and process ids (rank 0 first)."""
+        pids = [str(os.getpid()), *(str(proc.pid) for proc, _ in self._ranks)]
+        return {**super().describe(), "shards": str(len(pids)), "rank_pids": ",".join(pids)}
 
     def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
         if self.spec.algo.recompute_old_logprobs:
