@@ -318,7 +318,10 @@ def test_an_export_aimed_at_the_store_itself_is_refused(runs, tmp_path, monkeypa
 
 
 INTERRUPTIBLE = """
-import pathlib, sys, time
+import pathlib, signal, sys, time
+# Ctrl-C as a terminal delivers it, whatever this process inherited (an ignored SIGINT survives
+# exec, and Python then installs no handler).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import graft.training.trainer as trainer
 
 exchange = trainer.Trainer._exchange
