@@ -146,40 +146,31 @@ def _relative(a, b) -> float:
 
 
 @pytest.mark.timeout(600)
-def test_a_sharded_policy_trains_resumes_and_checkpoints_as_one_rank(tmp_path):
+def test_a_sharded_policy_trains_and_checkpoints_as_one_rank(tmp_path):
     """`models.0.shards: 2` through `graft train` (worker-process backend, gloo): the same
     rewards and, after 3 GRPO steps, the weights of `shards: 1` to 1e-6; a checkpoint with the
-    consolidated model and one AdamW file per rank; a resume from step 2 ends bit for bit where
-    the uninterrupted sharded run ends."""
+    consolidated model, which transformers loads as it is (at any K, or none), and one AdamW
+    file per rank. (Resume, bit for bit, is in the slow kill tests below.)"""
+    from transformers import AutoModelForCausalLM
+
     from graft.cli import main
     from graft.rundir import read_metrics, verify_checkpoint
 
-    config = "configs/grpo_tiny.yaml"
-    for name, shards, steps in (("one", 1, 3), ("two", 2, 3), ("resumed", 2, 2)):
-        args = [
-            "train",
-            config,
-            "--out",
-            str(tmp_path / name),
-            "--set",
-            f"models.0.shards={shards}",
-        ]
-        args += [a for o in [*RUN, f"run.steps={steps}"] for a in ("--set", o)]
-        assert main(args) == 0
-    assert main(["train", "--resume", str(tmp_path / "resumed"), "--set", "run.steps=3"]) == 0
+    for name, shards in (("one", 1), ("two", 2)):
+        assert main(_train_args(tmp_path / name, f"models.0.shards={shards}")) == 0
 
     one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     assert _relative(two, one) <= 1e-6
     rewards = [[r.get("reward/mean") for r in read_metrics(tmp_path / d)] for d in ("one", "two")]
     assert rewards[0] == rewards[1]
-    resumed = _weights(tmp_path / "resumed")
-    assert all(torch.equal(resumed[k], two[k]) for k in two)
     checkpoint = tmp_path / "two" / "checkpoints" / "step_000003"
     verify_checkpoint(checkpoint)
     files = sorted(p.name for p in (checkpoint / "llama" / "optimizer").iterdir())
     assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     state = json.loads((checkpoint / "llama" / "policy_state.json").read_text())
     assert state == {"num_updates": 6, "shards": 2}
+    loaded = AutoModelForCausalLM.from_pretrained(checkpoint / "llama").state_dict()
+    assert all(torch.equal(loaded[k], two[k]) for k in two)
 
 
 def test_what_a_sharded_policy_does_not_support_yet_is_refused_in_one_line():
@@ -205,6 +196,29 @@ def _train_args(out, *overrides: str, config: str = "configs/grpo_tiny.yaml") ->
     ]
 
 
+def _kill_mid_run(out, sets, victim: str) -> tuple[int, str, float]:
+    """Start a 40-step sharded run in a subprocess; once step 2 is checkpointed, SIGKILL rank 1
+    (`victim` "rank") or the driver. Its exit code, stderr, and seconds from the kill to its end."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "graft.cli", *_train_args(out, "run.steps=40", *sets)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (
+        (out / "checkpoints" / "step_000002").is_dir() and (out / "workers.json").is_file()
+    ):
+        time.sleep(0.2)
+    pids = json.loads((out / "workers.json").read_text())["llama"]["rank_pids"].split(",")
+    start = time.time()
+    os.kill(int(pids[1]) if victim == "rank" else proc.pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, err, time.time() - start
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupted_run(tmp_path):
@@ -212,12 +226,6 @@ def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupte
     the rank, well within the collective timeout, with its last checkpoint intact. The driver
     killed with SIGKILL: its ranks go with it. Either way `--resume` ends with the weights of the
     uninterrupted sharded run, bit for bit."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     from graft.cli import main
     from graft.rundir import latest_checkpoint, verify_checkpoint
 
@@ -226,20 +234,10 @@ def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupte
     want = _weights(tmp_path / "whole", 4)
     for victim in ("rank", "driver"):
         out = tmp_path / victim
-        cmd = [sys.executable, "-m", "graft.cli", *_train_args(out, "run.steps=40", *sharded)]
-        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 300
-        while time.time() < deadline and not (
-            (out / "checkpoints" / "step_000002").is_dir() and (out / "workers.json").is_file()
-        ):
-            time.sleep(0.2)
-        pids = json.loads((out / "workers.json").read_text())["llama"]["rank_pids"].split(",")
-        start = time.time()
-        os.kill(int(pids[1]) if victim == "rank" else proc.pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=300)
+        code, err, took = _kill_mid_run(out, sharded, victim)
         if victim == "rank":
-            assert proc.returncode == 2, err
-            assert time.time() - start < 120
+            assert code == 2, err
+            assert took < 120
             last = err.strip().splitlines()[-1]
             assert "policy 'llama': rank 1 of 2 died" in last, last
         verify_checkpoint(latest_checkpoint(out))
@@ -250,13 +248,115 @@ def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupte
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_graft_pair_with_one_sharded_policy_trains_as_the_unsharded_pair(tmp_path):
+@pytest.mark.parametrize("backend", ["processes", "ray"])
+def test_a_graft_pair_with_one_sharded_policy_trains_as_the_unsharded_pair(tmp_path, backend):
+    """GRAFT with llama over 2 ranks and qwen on one: after 3 steps both policies hold the
+    weights of the unsharded pair (worker processes) to 1e-6, with the same exchange, on the
+    worker-process backend and on Ray (one actor per rank, llama's two packed by a placement
+    group)."""
     from graft.cli import main
+    from graft.rundir import read_metrics
 
     graft = "configs/graft_tiny.yaml"
     assert main(_train_args(tmp_path / "one", config=graft)) == 0
-    assert main(_train_args(tmp_path / "two", "models.0.shards=2", config=graft)) == 0
+    sharded = ["models.0.shards=2", f"run.backend={backend}"]
+    if backend == "ray":
+        ray = pytest.importorskip("ray")
+        # 2 cores: llama's two ranks reserve half a CPU each, qwen one
+        sharded += ["models.0.num_cpus=0.5", "models.1.num_cpus=1"]
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert main(_train_args(tmp_path / "two", *sharded, config=graft)) == 0
+        workers = json.loads((tmp_path / "two" / "workers.json").read_text())
+    finally:
+        if backend == "ray":
+            ray.shutdown()
+    pids = workers["llama"]["rank_pids"].split(",")
+    assert len(set(pids)) == 2 and workers["llama"]["shards"] == "2"
     for name in ("llama", "qwen"):
         a = load_file(str(tmp_path / f"one/checkpoints/step_000003/{name}/model.safetensors"))
         b = load_file(str(tmp_path / f"two/checkpoints/step_000003/{name}/model.safetensors"))
         assert _relative(b, a) <= 1e-6, name
+    admitted = [
+        [
+            r.get("x/llama->qwen/admitted", 0) + r.get("x/qwen->llama/admitted", 0)
+            for r in read_metrics(tmp_path / d)
+        ]
+        for d in ("one", "two")
+    ]
+    assert admitted[0] == admitted[1] and sum(admitted[0]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_killed_ray_rank_ends_the_run_in_one_line_and_resume_continues(tmp_path):
+    """Ray backend, `shards: 2`: rank 1's actor killed mid-run ends the run in one line naming the
+    policy and the rank, well within the collective timeout, with the last checkpoint intact;
+    `--resume` on a fresh local Ray instance finishes the run."""
+    pytest.importorskip("ray")
+    from graft.cli import main
+    from graft.rundir import latest_checkpoint, read_metrics, verify_checkpoint
+
+    out = tmp_path / "ray"
+    code, err, took = _kill_mid_run(
+        out, ("models.0.shards=2", "run.save_every=2", "run.backend=ray"), "rank"
+    )
+    assert code == 2, err
+    assert took < 120
+    last = err.strip().splitlines()[-1]
+    assert "policy 'llama': rank 1 of 2 died (its Ray actor died)" in last, last
+    verify_checkpoint(latest_checkpoint(out))
+    import ray
+
+    try:
+        assert main(["train", "--resume", str(out), "--set", "run.steps=4"]) == 0
+    finally:
+        ray.shutdown()
+    assert [r["step"] for r in read_metrics(out)][-1] == 4
+
+
+def test_each_rank_builds_from_its_own_share_and_device():
+    """rank_spec: threads split K ways; on GPUs rank r of a worker process takes the device
+    index + r, while a Ray actor (which sees only its own GPU) keeps the one it is given."""
+    import dataclasses
+
+    from graft.config import Config, load_config
+    from graft.training.policy import PolicySpec
+    from graft.training.sharded_policy import rank_spec
+
+    cfg = load_config(Config, "configs/grpo_tiny.yaml", ["models.0.shards=2"])
+    spec = PolicySpec(model=cfg.models[0], rollout=cfg.rollout, algo=cfg.algo, seed=0, threads=4)
+
+    def on(device: str) -> PolicySpec:
+        return dataclasses.replace(spec, model=dataclasses.replace(spec.model, device=device))
+
+    assert rank_spec(on("cpu"), 1).threads == 2
+    assert rank_spec(on("cpu"), 1).model.device == "cpu"
+    assert rank_spec(on("cuda"), 0).model.device == "cuda:0"
+    assert rank_spec(on("cuda"), 1).model.device == "cuda:1"
+    assert rank_spec(on("cuda:2"), 1).model.device == "cuda:3"
+    assert rank_spec(on("cuda"), 1, own_device=True).model.device == "cuda"
+    assert rank_spec(dataclasses.replace(spec, threads=0), 1).threads == 0
+
+
+@pytest.mark.slow
+def test_ranks_the_ray_cluster_cannot_place_end_the_start_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """Two ranks that each reserve a GPU on a cluster without one: the placement group is never
+    ready, and the start ends with a line naming the policy and what it asked for, instead of
+    waiting forever."""
+    ray = pytest.importorskip("ray")
+    from graft.backends import ray_backend
+    from graft.cli import main
+
+    monkeypatch.setattr(ray_backend, "PLACEMENT_TIMEOUT_S", 3.0)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        sets = ("models.0.shards=2", "run.backend=ray", "models.0.num_gpus=1")
+        assert main(_train_args(tmp_path / "run", *sets)) == 2
+    finally:
+        ray.shutdown()
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "run.ray_strategy: the Ray cluster could not place llama (2 actors, STRICT_PACK" in err
+    assert "'GPU': 1" in err

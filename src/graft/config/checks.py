@@ -234,7 +234,7 @@ def _check_shards(cfg: Config, m: ModelConfig, key: str) -> None:
     if m.shards == 1:
         return
     unsupported = [
-        (cfg.run.backend in ("auto", "processes"), f"run.backend={cfg.run.backend}"),
+        (cfg.run.backend != "inprocess", f"run.backend={cfg.run.backend}"),
         (cfg.rollout.engine != "vllm", f"rollout.engine={cfg.rollout.engine}"),
         (m.lora.r == 0, "LoRA adapters"),
         (cfg.algo.kl_coef == 0, "a KL term (algo.kl_coef > 0)"),
@@ -245,8 +245,8 @@ def _check_shards(cfg: Config, m: ModelConfig, key: str) -> None:
             ok,
             key,
             f"a sharded policy ({m.shards} ranks) does not support {what} yet; it needs the "
-            f"worker-process backend, the transformers sampler, full fine-tuning, no KL term, "
-            f"float32 master weights and float32 or bfloat16 compute",
+            f"worker-process or Ray backend, the transformers sampler, full fine-tuning, no KL "
+            f"term, float32 master weights and float32 or bfloat16 compute",
         )
 
 

@@ -1,12 +1,14 @@
 """A policy over K ranks (`models.N.shards: K`): FSDP2 for the update, a full copy for sampling.
 
-The policy's worker process is rank 0; it starts ranks 1..K-1 as its own child processes and
-joins them in one process group (graft.training.shards). Every rank holds the FSDP2-sharded
-model and its 1/K of the AdamW state. Rank 0 also keeps the full model, which samples, scores
-and imports peer responses exactly as an unsharded policy does, and which is refreshed from the
-sharded weights after every update. A call that needs every rank (train, save, load, close) is
-sent by rank 0 over a pipe to each other rank, waiting in `follow`; the work itself runs in
-collectives with a timeout, and a rank that died ends the call in one line naming it.
+The policy's worker (a process, or a Ray actor) is rank 0. Ranks 1..K-1 are its own child processes
+(`ProcessRank`), or Ray actors that the Ray backend placed and hands it (any object with the
+`RankLink` methods); all K join one process group (graft.training.shards). Every rank holds the
+FSDP2-sharded model and its 1/K of the AdamW state. Rank 0 also keeps the full model, which
+samples, scores and imports peer responses exactly as an unsharded policy does, and which is
+refreshed from the sharded weights after every update. A call that needs every rank (train, save,
+load, close) is sent by rank 0 to each other rank (`serve_rank` carries it out there); the work
+itself runs in collectives with a timeout, and a rank that died ends the call in one line naming
+it.
 
 Checkpoints keep the run directory's layout: the full model and tokenizer as transformers saves
 them (rank 0 writes them), `policy_state.json`, and the sharded AdamW state under `optimizer/`
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -25,14 +28,14 @@ import socket
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from graft.errors import PolicyWorkerError
 from graft.procutil import die_with_parent
-from graft.training.build import PolicySpec, build_parts, set_warmup_lr
+from graft.training.build import PolicySpec, build_parts, resolve_device, set_warmup_lr
 from graft.training.policy import Policy
 from graft.training.precision import DTYPES, Precision
 from graft.training.shards import (
@@ -47,9 +50,10 @@ from graft.types import TrainGroup
 OPTIMIZER_DIR = "optimizer"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this machine now (for a shard group's rendezvous)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
@@ -113,8 +117,8 @@ class ShardWorker:
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
 
 
-def _serve_rank(worker: ShardWorker, call: tuple) -> bool:
-    """One broadcast call on a rank other than 0; False ends its loop."""
+def serve_rank(worker: ShardWorker, call: tuple) -> bool:
+    """Carry out one of rank 0's calls on a rank other than 0; False: it was the last."""
     kind = call[0]
     if kind == "train":
         worker.train(call[1], call[2])
@@ -127,63 +131,132 @@ def _serve_rank(worker: ShardWorker, call: tuple) -> bool:
     return kind != "close"
 
 
+def rank_spec(spec: PolicySpec, rank: int, *, own_device: bool = False) -> PolicySpec:
+    """The spec rank `rank` builds from: its share of the policy's threads and, on GPUs, its own
+    device (`cuda:i` is rank 0's, rank r takes `cuda:i+r`; with `own_device`, as in a Ray actor
+    that sees only its GPU, every rank keeps the one it is given)."""
+    m = spec.model
+    device = resolve_device(m.device)
+    if device.startswith("cuda") and not own_device:
+        device = f"cuda:{(torch.device(device).index or 0) + rank}"
+    threads = max(1, spec.threads // m.shards) if spec.threads > 0 else 0
+    return dataclasses.replace(spec, threads=threads, model=dataclasses.replace(m, device=device))
+
+
+def join_rank(
+    rank: int, world: int, spec: PolicySpec, init_method: str, *, own_device: bool = False
+) -> ShardWorker:
+    """Rank `rank` of 1..K-1: build the policy's model, join its process group, shard it."""
+    spec = rank_spec(spec, rank, own_device=own_device)
+    parts = build_parts(spec)
+    shard = init_shard_group(rank, world, init_method=init_method, device=parts.device)
+    try:
+        return ShardWorker(spec, parts.model, shard)
+    except BaseException:
+        dist.destroy_process_group()
+        raise
+
+
 def follow(rank: int, world: int, spec: PolicySpec, init_method: str, conn: Connection) -> None:
-    """Ranks 1..K-1: build the same model, then serve rank 0's calls (sent over a pipe, which
-    waits without a timeout; the work itself runs in collectives, which have one)."""
+    """A rank in its own process: serve rank 0's calls, sent over a pipe (which waits without a
+    timeout; the work itself runs in collectives, which have one)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     die_with_parent()
-    parts = build_parts(spec)
-    shard = init_shard_group(rank, world, init_method=init_method)
+    worker = join_rank(rank, world, spec, init_method)
     try:
-        worker = ShardWorker(spec, parts.model, shard)
-        del parts
         while True:
             try:
                 call = conn.recv()
             except (EOFError, OSError):  # rank 0 is gone
                 return
-            if not _serve_rank(worker, call):
+            if not serve_rank(worker, call):
                 return
     finally:
         dist.destroy_process_group()
 
 
-class ShardedPolicy(Policy):
-    """Rank 0 of a policy sharded over `spec.model.shards` ranks; called like any `Policy`."""
+class RankLink(Protocol):
+    """How rank 0 reaches one other rank of its policy."""
 
-    def __init__(self, spec: PolicySpec) -> None:
-        world = spec.model.shards
-        if spec.threads > 0:
-            spec = _with_threads(spec, max(1, spec.threads // world))
-        super().__init__(spec)
-        init = f"tcp://127.0.0.1:{_free_port()}"
+    @property
+    def pid(self) -> int: ...
+
+    def send(self, call: tuple) -> None:
+        """Hand the rank a call for `serve_rank` (OSError: it is gone)."""
+
+    def gone(self) -> str | None:
+        """Why the rank is gone ("exit code -9"), or None while it lives."""
+
+    def close(self) -> None:
+        """Let the rank go (after its "close" call)."""
+
+
+class ProcessRank:
+    """A rank in a child process of rank 0's, fed over a pipe."""
+
+    def __init__(self, rank: int, world: int, spec: PolicySpec, init_method: str) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self._ranks: list[tuple[Any, Connection]] = []
-        for rank in range(1, world):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(
-                target=follow,
-                args=(rank, world, spec, init, child),
-                name=f"graft-policy-{self.name}-rank{rank}",
-                daemon=True,
-            )
-            proc.start()
-            child.close()
-            self._ranks.append((proc, parent))
-        self.worker = ShardWorker(spec, self.model, init_shard_group(0, world, init_method=init))
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=follow,
+            args=(rank, world, spec, init_method, child),
+            name=f"graft-policy-{spec.model.name}-rank{rank}",
+            daemon=True,
+        )
+        self.proc.start()
+        child.close()
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid or 0)
+
+    def send(self, call: tuple) -> None:
+        self.conn.send(call)
+
+    def gone(self) -> str | None:
+        self.proc.join(timeout=1)
+        return None if self.proc.is_alive() else f"exit code {self.proc.exitcode}"
+
+    def close(self) -> None:
+        self.conn.close()
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+class ShardedPolicy(Policy):
+    """Rank 0 of a policy sharded over `spec.model.shards` ranks; called like any `Policy`.
+
+    Without `links`, it starts ranks 1..K-1 as its child processes on this machine; with them (one
+    per rank, in rank order), they are already placed and join `init_method`."""
+
+    def __init__(
+        self,
+        spec: PolicySpec,
+        *,
+        links: Sequence[RankLink] | None = None,
+        init_method: str = "",
+    ) -> None:
+        world = spec.model.shards
+        super().__init__(rank_spec(spec, 0, own_device=links is not None))
+        if links is None:
+            init_method = f"tcp://127.0.0.1:{free_port()}"
+            links = [ProcessRank(rank, world, spec, init_method) for rank in range(1, world)]
+        self._ranks = list(links)
+        shard = init_shard_group(0, world, init_method=init_method, device=self.device)
+        self.worker = ShardWorker(self.spec, self.model, shard)
 
     def _send(self, *call: Any) -> None:
         """A call every rank takes part in: sent to ranks 1..K-1, then run here."""
-        for rank, (proc, conn) in enumerate(self._ranks, start=1):
+        for rank, link in enumerate(self._ranks, start=1):
             try:
-                conn.send(call)
+                link.send(call)
             except OSError:
-                raise self._rank_died(rank, proc) from None
+                raise self._rank_died(rank, link.gone() or "its pipe is closed") from None
 
-    def _rank_died(self, rank: int, proc: Any) -> PolicyWorkerError:
+    def _rank_died(self, rank: int, why: str) -> PolicyWorkerError:
         return PolicyWorkerError(
-            f"policy {self.name!r}: rank {rank} of {self.worker.shard.world} died "
-            f"(exit code {proc.exitcode})"
+            f"policy {self.name!r}: rank {rank} of {self.spec.model.shards} died ({why})"
         )
 
     def _collective(self, fn, *args):
@@ -191,15 +264,15 @@ class ShardedPolicy(Policy):
         try:
             return fn(*args)
         except RuntimeError:
-            for rank, (proc, _) in enumerate(self._ranks, start=1):
-                proc.join(timeout=1)
-                if not proc.is_alive():
-                    raise self._rank_died(rank, proc) from None
+            for rank, link in enumerate(self._ranks, start=1):
+                why = link.gone()
+                if why is not None:
+                    raise self._rank_died(rank, why) from None
             raise
 
     def describe(self) -> dict[str, str]:
         """Provenance, with the ranks: their count and process ids (rank 0 first)."""
-        pids = [str(os.getpid()), *(str(proc.pid) for proc, _ in self._ranks)]
+        pids = [str(os.getpid()), *(str(link.pid) for link in self._ranks)]
         return {**super().describe(), "shards": str(len(pids)), "rank_pids": ",".join(pids)}
 
     def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
@@ -241,15 +314,6 @@ class ShardedPolicy(Policy):
                 self._send("close")
             dist.destroy_process_group()
             self.worker = None
-        for proc, conn in getattr(self, "_ranks", []):
-            conn.close()
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
+        for link in getattr(self, "_ranks", []):
+            link.close()
         super().close()
-
-
-def _with_threads(spec: PolicySpec, threads: int) -> PolicySpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, threads=threads)

@@ -42,10 +42,19 @@ UNSHARDED = ShardRank()
 
 
 def init_shard_group(
-    rank: int, world: int, *, init_method: str, timeout_s: float = DEFAULT_TIMEOUT_S
+    rank: int,
+    world: int,
+    *,
+    init_method: str,
+    device: str | torch.device = "cpu",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> ShardRank:
-    """Join the policy's process group: gloo on CPU, NCCL when CUDA is there."""
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    """Join the policy's process group: gloo for ranks on the CPU, NCCL for ranks on GPUs (each
+    rank on its own `device`, which becomes the process's current CUDA device)."""
+    device = torch.device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dist.init_process_group(
         backend,
         init_method=init_method,
