@@ -10,8 +10,10 @@ import yaml
 from graft.cli import main
 from graft.config import Config, load_config, to_dict
 from graft.evidence.compare import Unit, compare_runs, compare_units
+from graft.evidence.compare_report import markdown
 from graft.evidence.stats import (
     bootstrap_ratio,
+    holm,
     paired_interval,
     percentile_bootstrap_mean,
     t_cdf,
@@ -155,13 +157,18 @@ def test_compare_cli_names_methods_by_config_difference_and_writes_three_files(t
     base, lr = f"model.optim.lr={lr0!r}", "model.optim.lr=3e-05"
     assert f"'{base}'" in line and f"'{lr}'" in line
     out = tmp_path / "out"
-    assert main(["compare", str(tmp_path), "--out", str(out), "--baseline", base]) == 0
+    argv = ["compare", str(tmp_path), "--out", str(out), "--baseline", base]
+    assert main([*argv, "--primary", "test avg@2 final"]) == 0
     body = json.loads((out / "compare.json").read_text())
     assert body["methods"] == sorted([base, lr]) and body["baseline"] == base
     final = body["policies"]["llama"]["vs_baseline"][lr]["metrics"]["eval/test/avg@2"]["step_10"]
     assert final["mean"] == pytest.approx(0.11) and final["significant"]
+    assert final["primary"] and final["holm_significant"]  # the only test: Holm p = p
+    assert final["holm_p"] == pytest.approx(final["p"])
+    assert body["primary"] == {"endpoints": ["test avg@2 final"], "tests": 1, "alpha": 0.05}
     text = (tmp_path / "out" / "compare.md").read_text()
-    assert "significant" in text and "[" in text
+    assert "**significant** (primary, Holm p=" in text and "[" in text
+    assert "exploratory" in text  # the curve mean and the skills
     assert (tmp_path / "out" / "compare.png").read_bytes()[:4] == b"\x89PNG"
     assert "compare.md" in capsys.readouterr().out
 
@@ -190,21 +197,26 @@ def test_incomparable_runs_get_one_line(tmp_path, capsys):
     assert "two runs" in line and "seed 0" in line
 
 
-def test_multi_policy_runs_split_into_policies_and_keep_explicit_labels(tmp_path):
-    for seed in range(2):
+def _write_pairs(tmp_path, seeds, base_sets, graft_sets, final_a):
+    """Two-policy runs (a, b) per seed: GRPO, and GRAFT whose policy a ends at final_a(seed)."""
+    for seed in seeds:
         _write_run(
             tmp_path / f"g{seed}",
-            ["exchange.enabled=false", "eval.every=5", "run.label=GRPO"],
+            ["exchange.enabled=false", "eval.every=5", *base_sets],
             policies=("a", "b"),
             seed=seed,
         )
         _write_run(
             tmp_path / f"x{seed}",
-            ["eval.every=5", "run.label=GRAFT"],
+            ["eval.every=5", *graft_sets],
             policies=("a", "b"),
-            accs={"a": [0.1, 0.3, 0.5], "b": [0.1, 0.2, 0.3]},
+            accs={"a": [0.1, 0.3, final_a(seed)], "b": [0.1, 0.2, 0.3]},
             seed=seed,
         )
+
+
+def test_multi_policy_runs_split_into_policies_and_keep_explicit_labels(tmp_path):
+    _write_pairs(tmp_path, range(2), ["run.label=GRPO"], ["run.label=GRAFT"], lambda seed: 0.5)
     result = compare_runs([tmp_path])
     assert result["baseline"] == "GRPO" and result["methods"] == ["GRAFT", "GRPO"]
     assert set(result["policies"]) == {"a", "b"}
@@ -217,3 +229,104 @@ def test_one_label_on_two_configs_is_refused_naming_the_difference(tmp_path, cap
     _write_run(tmp_path / "b", ["eval.every=5", "run.label=X", "models.0.optim.lr=3e-5"])
     line = _one_line_error(capsys, ["compare", str(tmp_path), "--baseline", "X"])
     assert "'X'" in line and "model.optim.lr" in line
+
+
+def test_holm_by_hand():
+    # sorted: 0.005 * 4 = 0.02 <= 0.05/4 rejected; 0.01 * 3 = 0.03 <= 0.05/3 rejected;
+    # 0.03 * 2 = 0.06 > 0.05/2 stops; 0.04 * 1 = 0.04, adjusted up to the running max 0.06.
+    got = holm([0.01, 0.04, 0.03, 0.005])
+    assert [round(p, 12) for p, _ in got] == [0.03, 0.06, 0.06, 0.02]
+    assert [r for _, r in got] == [True, False, False, True]
+    assert holm([]) == []
+    # 0.3 * 2 = 0.6; 0.9 * 1 = 0.9 (the running max); 0.8 * 2 = 1.6 is capped at 1
+    assert holm([0.9, 0.3]) == [(0.9, False), (0.6, False)]
+    assert holm([0.8, 0.9]) == [(1.0, False), (1.0, False)]
+
+
+def test_p_value_and_when_no_verdict_is_drawn():
+    iv = paired_interval([0.01, 0.03, 0.02, 0.04, 0.00])
+    # t = 0.02 / (0.0158114 / sqrt 5) = 2.8284 on 4 df: two-sided p = 0.0474 (t tables)
+    assert iv.p_value == pytest.approx(0.0474, abs=5e-4)
+    two = paired_interval([0.023, 0.023])  # a zero-width interval: no verdict
+    assert two.low == two.high == pytest.approx(0.023)
+    assert two.no_verdict == "2 seeds" and not two.significant and two.p_value is None
+    flat = paired_interval([0.02, 0.02, 0.02])
+    assert flat.no_verdict == "no spread" and not flat.significant
+    assert paired_interval([0.5]).no_verdict == "one seed"
+
+
+def _null_verdict_rates(n_seeds: int, *, problems=20, trials=4000, seed=0) -> tuple[float, float]:
+    """Identical methods on an evaluation like the demo's (accuracy over `problems` problems,
+    base rates 5-30% varying by seed): the share of comparisons where the printed verdict says
+    significant, and the share where the interval merely excludes 0 (the rule before)."""
+    rng = random.Random(seed)
+
+    def acc(p: float) -> float:
+        return sum(rng.random() < p for _ in range(problems)) / problems
+
+    verdicts = excludes = 0
+    for _ in range(trials):
+        rates = [rng.uniform(0.05, 0.3) for _ in range(n_seeds)]
+        iv = paired_interval([acc(p) - acc(p) for p in rates])
+        verdicts += iv.significant
+        excludes += iv.low is not None and (iv.low > 0 or iv.high < 0)
+    return verdicts / trials, excludes / trials
+
+
+def test_printed_verdicts_are_false_at_most_one_time_in_twenty():
+    margin = 3 * (0.05 * 0.95 / 4000) ** 0.5  # three standard errors of the simulation
+    for n in (2, 3, 5):
+        verdicts, excludes = _null_verdict_rates(n, seed=n)
+        assert verdicts <= 0.05 + margin, (n, verdicts)
+        if n == 2:
+            assert verdicts == 0.0
+            # what the old rule printed: ties between two seeds give zero-width intervals
+            assert excludes > 0.07, excludes
+
+
+def test_unpaired_seeds_are_named_and_primary_cells_corrected_together(tmp_path):
+    base = {0: [0.1, 0.2, 0.3], 1: [0.1, 0.25, 0.35], 2: [0.1, 0.2, 0.4], 3: [0.1, 0.2, 0.3]}
+    gain = {0: [0.1, 0.3, 0.4], 1: [0.1, 0.3, 0.5], 2: [0.1, 0.2, 0.45], 7: [0.1, 0.9, 0.9]}
+    units = [_unit("grpo", s, v) for s, v in base.items()]
+    units += [_unit("graft", s, v) for s, v in gain.items()]
+    units += [_unit("other", 9, [0.1, 0.2, 0.3])]
+    result = compare_units(units, primary=["eval/test/avg@4"])
+    entry = result["policies"]["llama"]["vs_baseline"]["graft"]
+    assert entry["unpaired_seeds"] == [7] and entry["baseline_unpaired_seeds"] == [3]
+    assert result["policies"]["llama"]["unpaired"] == {
+        "other": {"seeds": [9], "baseline": [0, 1, 2, 3]}
+    }
+    cells = entry["metrics"]["eval/test/avg@4"]
+    final, curve = cells["step_20"], cells["curve_mean"]
+    assert result["primary"]["tests"] == 2  # final and curve of graft; other has no pair
+    (p_final, r_final), (p_curve, r_curve) = holm([final["p"], curve["p"]])
+    assert final["holm_p"] == pytest.approx(p_final) and curve["holm_p"] == pytest.approx(p_curve)
+    assert final["holm_significant"] is r_final and curve["holm_significant"] is r_curve
+    assert "primary" not in cells["step_10"]  # exploratory
+    text = markdown(result)
+    assert "seeds 7 of 'graft' and seeds 3 of 'grpo' have no partner" in text
+    assert (
+        "'other': no seed in common with the baseline ('other': seeds 9; 'grpo': seeds 0, 1, 2, 3)"
+        in text
+    )
+    assert "No runs of the baseline" not in text
+    assert "| Δ graft (paired: 0, 1, 2) |" in text
+
+
+def test_primary_endpoints_from_the_runs_and_bad_ones_refused(tmp_path, capsys):
+    primary = ["eval.primary=['m/a/eval/test/avg@2 curve']"]
+    _write_pairs(tmp_path, range(3), primary, primary, lambda seed: 0.5 + 0.01 * seed)
+    result = compare_runs([tmp_path])
+    assert result["primary"]["endpoints"] == ["a test avg@2 curve"]
+    assert result["primary"]["tests"] == 1  # policy a only, the curve only
+    a = result["policies"]["a"]["vs_baseline"]
+    (label,) = a
+    assert a[label]["metrics"]["eval/test/avg@2"]["curve_mean"]["primary"]
+    assert (
+        "primary"
+        not in result["policies"]["b"]["vs_baseline"][label]["metrics"]["eval/test/avg@2"][
+            "curve_mean"
+        ]
+    )
+    line = _one_line_error(capsys, ["compare", str(tmp_path), "--primary", "test avg@9"])
+    assert "'eval/test/avg@9' names no compared metric" in line

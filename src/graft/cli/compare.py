@@ -14,8 +14,10 @@ def add_parser(sub: Any) -> None:
         description="Groups the runs by method (their config difference, or run.label) and seed, "
         "and reports for every evaluated metric (per policy, suite and skill, at each evaluation "
         "step and as the mean over the curve) the per-seed difference against the baseline: its "
-        "mean and a 95% Student t interval over seeds. Writes compare.md, compare.json and "
-        "compare.png, with the exchange regime of every run that exchanged.",
+        "mean and a 95% Student t interval over seeds. A verdict needs 3 seeds; the primary "
+        "endpoints are corrected together (Holm), every other cell is exploratory. Writes "
+        "compare.md, compare.json and compare.png, with the exchange regime of every run that "
+        "exchanged.",
     )
     compare.add_argument(
         "runs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them"
@@ -25,6 +27,13 @@ def add_parser(sub: Any) -> None:
         metavar="NAME",
         help="the method to compare against (default: the one with exchange.enabled=false)",
     )
+    compare.add_argument(
+        "--primary",
+        action="append",
+        metavar="ENDPOINT",
+        help="a primary endpoint, e.g. 'eval/test/avg@4' or 'm/llama/eval/test/avg@4 final' "
+        "(repeatable; default: the runs' eval.primary); Holm's correction runs over them",
+    )
     compare.add_argument("--out", metavar="DIR", help="output folder (default: the first RUN_DIR)")
     compare.set_defaults(handler=run)
 
@@ -33,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from graft.evidence.compare import compare_runs
     from graft.evidence.compare_report import write_report
 
-    result = compare_runs(args.runs, baseline=args.baseline)
+    result = compare_runs(args.runs, baseline=args.baseline, primary=args.primary)
     out = Path(args.out or args.runs[0])
     text = write_report(result, out)
     print(text)

@@ -36,8 +36,10 @@ class RunConfig:
     (all in the driver, one after the other), `ray` (one Ray actor per policy; connects to
     RAY_ADDRESS when set); `auto`: inprocess for one policy, else processes."""
     ray_strategy: Literal["none", "pack", "spread"] = "none"
-    """Ray backend: place the policy actors through a placement group (pack: same node if
-    possible; spread: different nodes)."""
+    """Ray backend: where the actors go. none: each sharded policy's ranks on one node
+    (STRICT_PACK), the other actors wherever Ray puts them; pack: one placement group over every
+    rank of every policy, on as few nodes as possible; spread: the same group spread across
+    nodes (a sharded policy's ranks on several nodes)."""
 
 
 @dataclass(frozen=True)
@@ -172,9 +174,10 @@ class ModelConfig:
     device: str = "auto"
     """Torch device of this policy: `auto` (CUDA when visible, else CPU), `cpu`, `cuda`, ..."""
     num_gpus: float = 0.0
-    """Ray backend: GPUs reserved for this policy's actor."""
+    """Ray backend: GPUs reserved for this policy's actor (for each of its ranks when sharded)."""
     num_cpus: float = 0.0
-    """Ray backend: CPUs reserved for this policy's actor; 0: its share of run.threads."""
+    """Ray backend: CPUs reserved for this policy's actor (for each of its ranks when sharded);
+    0: its share of run.threads."""
     prompt_template: str = "{prompt}"
     """How this policy sees a task prompt; `{prompt}` is replaced by the task text."""
     chat_template: bool = False
@@ -185,9 +188,10 @@ class ModelConfig:
     """Train low-rank adapters instead of the whole model (off by default)."""
     shards: int = 1
     """Ranks this policy's update runs on (PyTorch FSDP2: parameters, gradients and AdamW state
-    split K ways; gloo on CPU, NCCL on GPU), in the worker-process backend. The update equals one
-    rank's. Rank 0 samples and scores with a full copy of the weights, refreshed after each
-    update. 1: one process, not sharded."""
+    split K ways; gloo on CPU, NCCL on GPU), in the worker-process backend (child processes; on
+    GPUs rank r uses device index + r) or the Ray backend (one actor per rank, placed by
+    run.ray_strategy). The update equals one rank's. Rank 0 samples and scores with a full copy of
+    the weights, refreshed after each update. 1: one process, not sharded."""
 
 
 @dataclass(frozen=True)
@@ -354,6 +358,11 @@ class EvalConfig:
     """Evaluation nucleus sampling."""
     max_new_tokens: int = 0
     """Response limit for evaluation; 0: rollout.max_new_tokens."""
+    primary: tuple[str, ...] = ()
+    """The primary endpoints of a comparison, named before it runs: `graft compare` tests them as
+    one family with Holm's correction and marks every other cell exploratory. Each is a metric as
+    metrics.jsonl names it (`eval/test/avg@4`; `m/llama/eval/test/avg@4` for one policy),
+    optionally followed by ` final` or ` curve` (default: both). Changes no training result."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from graft.errors import DataError
+from graft.evidence.endpoints import CURVE_MEAN, apply_holm, parse_endpoint, run_primary
 from graft.evidence.regime import direction_totals, regime_reports
 from graft.evidence.stats import paired_interval
 from graft.rundir import policy_prefix, read_metrics
@@ -54,8 +55,6 @@ IGNORED_KEYS = (
 EVAL_SETUP_KEYS = ("suites", "num_problems", "samples", "temperature", "top_p", "max_new_tokens")
 MAX_LABEL_KEYS = 3
 """Up to this many varying keys, a derived label names all of them; beyond, only the unusual."""
-CURVE_MEAN = "curve_mean"
-"""The point name of the mean over the evaluations after step 0 (the area under the curve)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,8 @@ class Unit:
     """Training reward per step."""
     exchange: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     """Step -> exchange diagnostics of the directions INTO this policy (`<source>-><me>/<key>`)."""
+    primary: tuple[str, ...] = ()
+    """The run's `eval.primary` endpoints."""
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
@@ -144,6 +145,7 @@ def load_units(run_dir: Path) -> list[Unit]:
                 curves=_curves(records, prefix),
                 reward=_series(records, f"{prefix}reward/mean"),
                 exchange=direction_totals(records, receiver=name),
+                primary=tuple(cfg.get("eval", {}).get("primary") or ()),
             )
         )
     return units
@@ -243,8 +245,12 @@ def _points(curve: Mapping[int, float]) -> dict[str, float]:
     return out
 
 
-def compare_units(units: Sequence[Unit], *, baseline: str | None = None) -> dict[str, Any]:
-    """Per policy: methods, their mean curves with bands, and paired differences vs baseline."""
+def compare_units(
+    units: Sequence[Unit], *, baseline: str | None = None, primary: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Per policy: methods, their mean curves with bands, and paired differences vs baseline;
+    the `primary` endpoints (default: the runs' `eval.primary`) under Holm's correction, every
+    other cell exploratory (graft.evidence.endpoints)."""
     if not units:
         raise DataError("no runs to compare")
     for policy in sorted({u.policy for u in units}):
@@ -274,6 +280,8 @@ def compare_units(units: Sequence[Unit], *, baseline: str | None = None) -> dict
     out: dict[str, Any] = {"baseline": base, "methods": all_labels, "policies": {}}
     for policy, methods in sorted(by_policy.items()):
         out["policies"][policy] = _policy_report(methods, base)
+    specs = run_primary(units) if primary is None else tuple(primary)
+    apply_holm(out, [e for spec in specs for e in parse_endpoint(spec)])
     return out
 
 
@@ -295,7 +303,7 @@ def _default_baseline(units: Sequence[Unit], labels: Mapping[tuple[str, str], st
 
 
 def _policy_report(methods: Mapping[str, Mapping[int, Unit]], base: str) -> dict[str, Any]:
-    report: dict[str, Any] = {"methods": {}, "vs_baseline": {}}
+    report: dict[str, Any] = {"methods": {}, "vs_baseline": {}, "unpaired": {}}
     for label, seeds in sorted(methods.items()):
         us = [seeds[s] for s in sorted(seeds)]
         metrics = sorted(us[0].curves)
@@ -329,10 +337,12 @@ def _policy_report(methods: Mapping[str, Mapping[int, Unit]], base: str) -> dict
             continue
         paired = sorted(set(seeds) & set(methods[base]))
         if not paired:
+            report["unpaired"][label] = {"seeds": sorted(seeds), "baseline": sorted(methods[base])}
             continue
         entry: dict[str, Any] = {
             "seeds": paired,
-            "unpaired_seeds": sorted(set(seeds) ^ set(methods[base])),
+            "unpaired_seeds": sorted(set(seeds) - set(methods[base])),
+            "baseline_unpaired_seeds": sorted(set(methods[base]) - set(seeds)),
             "metrics": {},
             "differences": {},  # per metric and point, per seed in the order of "seeds"
         }
@@ -351,9 +361,14 @@ def _band(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
 
 
-def compare_runs(paths: Sequence[str | Path], *, baseline: str | None = None) -> dict[str, Any]:
+def compare_runs(
+    paths: Sequence[str | Path],
+    *,
+    baseline: str | None = None,
+    primary: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Everything `graft compare` reports, from run directories (or folders holding them)."""
     units = [u for run in discover(paths) for u in load_units(run)]
-    result = compare_units(units, baseline=baseline)
+    result = compare_units(units, baseline=baseline, primary=primary)
     result["units"] = units
     return result

@@ -11,10 +11,13 @@ from graft.evidence.compare import CURVE_MEAN
 
 INTERVAL_RULE = (
     "Differences are method − baseline in points (percent), paired by seed (same seed: same "
-    "initial weights, prompt order and evaluation samples): the mean over seeds and its 95% "
-    "Student t interval. 'not significant' means the interval contains 0; with one seed there is "
-    "no interval. Each cell is a separate test: about 1 in 20 intervals excludes 0 by chance "
-    "when a method changes nothing, so read a lone significant cell among many with care."
+    "initial weights, prompt order and evaluation samples; a seed without a partner is left out "
+    "of the differences and named): the mean over seeds and its 95% Student t interval. A "
+    "verdict needs 3 seeds or more and some spread between them; below that the interval is "
+    "shown with 'no verdict'. The primary endpoints (eval.primary or --primary) are tested as "
+    "one family with Holm's correction, so the chance of any false 'significant' among them is "
+    "5%. Every other cell is exploratory: about 1 in 20 of them excludes 0 by chance when a "
+    "method changes nothing."
 )
 
 
@@ -37,9 +40,13 @@ def fmt_interval(iv: Mapping[str, Any], *, scale: float = 100.0) -> str:
 
 
 def verdict(iv: Mapping[str, Any]) -> str:
-    if iv["low"] is None:
-        return "no interval"
-    return "**significant**" if iv["significant"] else "not significant"
+    """A primary cell's verdict after Holm; an exploratory cell's reading; or why none."""
+    if iv.get("no_verdict"):
+        return f"no verdict ({iv['no_verdict']})"
+    if iv.get("primary"):
+        word = "**significant**" if iv["holm_significant"] else "not significant"
+        return f"{word} (primary, Holm p={iv['holm_p']:.3g})"
+    return "exploratory: excludes 0" if iv["significant"] else "exploratory"
 
 
 def final_point(points: Sequence[str]) -> str:
@@ -67,19 +74,51 @@ def delta_table(policy: Mapping[str, Any], *, metrics: Sequence[str] | None = No
     return lines
 
 
+def _seeds(seeds: Sequence[int]) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
 def step_table(policy: Mapping[str, Any], metric: str) -> list[str]:
-    """Mean accuracy per method at every evaluation step, and the difference at each step."""
+    """Mean accuracy per method at every evaluation step (over all its seeds, named), and the
+    difference at each step (over the paired seeds, named)."""
     methods = policy["methods"]
     any_method = next(iter(methods.values()))
     points = [p for p in any_method["points"][metric] if p.startswith("step_")]
-    head = ["method", *(p.replace("step_", "step ") for p in points)]
+    head = ["method (seeds)", *(p.replace("step_", "step ") for p in points)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, entry in methods.items():
         row = [f"{100 * entry['points'][metric][p]['mean']:.1f}" for p in points]
-        lines.append("| " + " | ".join([label, *row]) + " |")
+        lines.append("| " + " | ".join([f"{label} ({_seeds(entry['seeds'])})", *row]) + " |")
     for label, entry in policy["vs_baseline"].items():
         row = [fmt_interval(entry["metrics"][metric][p]) for p in points]
-        lines.append("| " + " | ".join([f"Δ {label}", *row]) + " |")
+        name = f"Δ {label} (paired: {_seeds(entry['seeds'])})"
+        lines.append("| " + " | ".join([name, *row]) + " |")
+    return lines
+
+
+def pairing_lines(policy: Mapping[str, Any], baseline: str) -> list[str]:
+    """Which seeds were left out of the differences, and methods with no seed to pair."""
+    lines = []
+    for label, entry in policy["vs_baseline"].items():
+        alone = [
+            f"seeds {_seeds(seeds)} of {who!r}"
+            for who, seeds in (
+                (label, entry["unpaired_seeds"]),
+                (baseline, entry["baseline_unpaired_seeds"]),
+            )
+            if seeds
+        ]
+        if alone:
+            lines.append(
+                f"- {label!r} vs {baseline!r}: {' and '.join(alone)} have no partner and are left "
+                f"out of the differences (the per-method means include them)."
+            )
+    for label, u in policy["unpaired"].items():
+        lines.append(
+            f"- {label!r}: no seed in common with the baseline ({label!r}: seeds "
+            f"{_seeds(u['seeds'])}; {baseline!r}: seeds {_seeds(u['baseline'])}), so no "
+            "difference is computed."
+        )
     return lines
 
 
@@ -123,6 +162,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         "",
         INTERVAL_RULE,
         "",
+        primary_line(result.get("primary", {})),
+        "",
     ]
     for name, policy in result["policies"].items():
         text += [f"## {name}", "", "| method | seeds | runs |", "|---|---|---|"]
@@ -130,6 +171,9 @@ def markdown(result: Mapping[str, Any]) -> str:
             seeds = ", ".join(str(s) for s in entry["seeds"])
             text.append(f"| {label} | {seeds} | {len(entry['runs'])} |")
         text.append("")
+        pairing = pairing_lines(policy, result["baseline"])
+        if pairing:
+            text += [*pairing, ""]
         if policy["vs_baseline"]:
             text += ["### Against the baseline: final and mean over the curve", ""]
             text += [*delta_table(policy), ""]
@@ -137,12 +181,24 @@ def markdown(result: Mapping[str, Any]) -> str:
             for metric in headline_metrics(list(any_method["points"])):
                 text += [f"### {metric_name(metric)} at every evaluation", ""]
                 text += [*step_table(policy, metric), ""]
-        else:
+        elif result["baseline"] not in policy["methods"]:
             text += [f"No runs of the baseline for {name}.", ""]
         regime = regime_lines(policy)
         if regime:
             text += ["### Exchange regime (summed over steps and seeds)", "", *regime]
     return "\n".join(text) + "\n"
+
+
+def primary_line(primary: Mapping[str, Any]) -> str:
+    if not primary.get("endpoints"):
+        return (
+            "No primary endpoints are named (eval.primary or --primary): every cell below is "
+            "exploratory."
+        )
+    return (
+        f"Primary endpoints: {', '.join(primary['endpoints'])}; {primary['tests']} tests "
+        f"corrected together (Holm, family-wise {100 * primary['alpha']:g}%)."
+    )
 
 
 def draw_bands(ax: Any, policy: Mapping[str, Any], metric: str, *, colors: Mapping) -> None:

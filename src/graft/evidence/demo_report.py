@@ -18,6 +18,7 @@ from graft.evidence.compare_report import final_point
 from graft.evidence.demo import (
     ALL_METHODS,
     MODELS,
+    WEAK,
     DemoSettings,
     build_presets,
     is_done,
@@ -141,10 +142,20 @@ def regime_result(s: DemoSettings, out: Path, regime: str) -> dict[str, Any]:
         for cfgs in run_configs(s, out, regime, seed).values():
             for c in cfgs:
                 units += load_units(Path(c.run.out_dir))
-    result = compare_units(units, baseline=ALL_METHODS["grpo"].label)
+    result = compare_units(
+        units, baseline=ALL_METHODS["grpo"].label, primary=primary_endpoints(units)
+    )
     result["retention"] = retention(result)
     result["units"] = units
     return result
+
+
+def primary_endpoints(units: list[Any]) -> list[str]:
+    """docs/evidence.md's primary endpoints: per model, its weak skill and the mix, at the last
+    evaluation and over the curve."""
+    mix = next(key for key in units[0].curves if key.count("/") == 2)  # eval/<suite>/avg@k
+    suite, k = mix.split("/")[1], mix.rsplit("@", 1)[1]
+    return [f"m/{m}/{key}" for m in MODELS for key in (f"eval/{suite}/{WEAK[m]}/avg@{k}", mix)]
 
 
 def retention(result: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from graft.evidence.compare import CURVE_MEAN
 from graft.evidence.compare_report import INTERVAL_RULE, final_point, fmt_interval, regime_lines
 from graft.evidence.demo import MODELS, STRONG, WEAK
+from graft.evidence.stats import MIN_SEEDS
 
 REGIME_TEXT = {
     "latent": "pre-trained 97/3 (llama) and 2/98 (qwen) on multipliers 2-5 / 6-9: each weak "
@@ -56,8 +57,8 @@ def accuracy_table(compare: Mapping[str, Any], labels: Mapping[str, str]) -> lis
 
 
 def delta_rows(compare: Mapping[str, Any], point: str) -> tuple[list[str], list[str]]:
-    """Δ vs GRPO at the final evaluation (point="final") or over the curve, and the cells that
-    are significant."""
+    """Δ vs GRPO at the final evaluation (point="final") or over the curve, and the primary
+    cells that are significant after Holm's correction (starred; the others are exploratory)."""
     cols = _columns(compare)
     lines = [
         "| Δ vs GRPO | " + " | ".join(h for _, h, _ in cols) + " |",
@@ -70,9 +71,9 @@ def delta_rows(compare: Mapping[str, Any], point: str) -> tuple[list[str], list[
         for m, header, key in cols:
             pts = compare["policies"][m]["vs_baseline"][label]["metrics"][key]
             iv = pts[final_point(list(pts)) if point == "final" else CURVE_MEAN]
-            star = " *" if iv["significant"] else ""
-            cells.append(fmt_interval(iv) + star)
-            if iv["significant"]:
+            won = bool(iv.get("holm_significant"))
+            cells.append(fmt_interval(iv) + (" *" if won else ""))
+            if won:
                 where = "final" if point == "final" else "mean over the curve"
                 significant.append(f"{label} on {header}, {where}: {fmt_interval(iv)}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -112,20 +113,32 @@ def regime_section(name: str, regime: Mapping[str, Any], labels: Mapping[str, st
     final, sig_final = delta_rows(compare, "final")
     curve, sig_curve = delta_rows(compare, "curve")
     text += [
-        "Difference to GRPO at the last evaluation (points, 95% CI over seeds; * significant):"
+        "Difference to GRPO at the last evaluation (points, 95% CI over seeds; * a primary "
+        "endpoint significant after Holm's correction; strong-skill cells are exploratory):"
     ]
     text += ["", *final, "", "Difference to GRPO, mean over the evaluations after step 0:", ""]
     text += [*curve, ""]
     seeds = len(next(iter(compare["policies"].values()))["methods"][compare["baseline"]]["seeds"])
+    tests = compare.get("primary", {}).get("tests", 0)
     if seeds < 2:
         text.append("**One seed: no intervals, and no claim.** Run `graft demo --study`.")
+    elif seeds < MIN_SEEDS:
+        text.append(
+            f"**{seeds} seeds: the intervals are shown, but no verdict is drawn below "
+            f"{MIN_SEEDS} seeds.** Run `graft demo --study`."
+        )
     elif sig_final or sig_curve:
         text.append(
-            f"**Significant at 95% ({seeds} seeds):** " + "; ".join(sig_final + sig_curve) + "."
+            f"**Significant after Holm's correction over {tests} primary tests ({seeds} seeds):** "
+            + "; ".join(sig_final + sig_curve)
+            + "."
         )
-        text.append("Every other difference in these tables is not significant.")
+        text.append("No other primary endpoint is significant; every other cell is exploratory.")
     else:
-        text.append(f"**No difference to GRPO is significant at 95% ({seeds} seeds).**")
+        text.append(
+            f"**No primary endpoint differs from GRPO after Holm's correction over {tests} tests "
+            f"({seeds} seeds).** Every other cell is exploratory."
+        )
     ret = retention_lines(compare)
     if ret:
         text += ["", "Stored-peer vs online GRAFT (final, gains over GRPO):", "", *ret]
