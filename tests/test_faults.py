@@ -324,7 +324,7 @@ import pathlib, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 import graft.training.trainer as trainer
 
-exchange = trainer.Trainer._exchange
+exchange = trainer.Trainer.exchange
 
 def waiting_exchange(self, step, groups):
     if step == 2:  # mid-step 3: rolled out and verified, not trained on yet
@@ -332,7 +332,7 @@ def waiting_exchange(self, step, groups):
         time.sleep(600)
     return exchange(self, step, groups)
 
-trainer.Trainer._exchange = waiting_exchange
+trainer.Trainer.exchange = waiting_exchange
 from graft.cli import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -22,6 +22,18 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"graft: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """`--set KEY=VALUE`, repeatable: a config override (dotted key, YAML value)."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set models.0.optim.lr=1e-5",
+    )
+
+
 def load(config_path: str | None, overrides: Sequence[str], out: str | None = None):
     """The config of `config_path` with `overrides`; `out` (a path, taken as it is, not parsed
     as YAML) replaces run.out_dir."""

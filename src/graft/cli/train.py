@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graft.cli.common import EPILOG, load, with_out_dir
+from graft.cli.common import EPILOG, add_set_argument, load, with_out_dir
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,14 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument("config", nargs="?", help="YAML config file (see `graft config --docs`)")
-    train.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set models.0.optim.lr=1e-5",
-    )
+    add_set_argument(train)
     train.add_argument("--out", help="run directory (overrides run.out_dir)")
     train.add_argument(
         "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"

@@ -134,6 +134,8 @@ def _check_run(cfg: Config) -> None:
     _count(run.steps, "run.steps", 1, note=" (the store keeps steps as int32)")
     _count(run.save_every, "run.save_every", 0)
     _count(run.keep_checkpoints, "run.keep_checkpoints", 1)
+    _count(run.log_every, "run.log_every", 0, note=" (0: never)")
+    _count(run.no_signal_after, "run.no_signal_after", 0, note=" (0: never)")
     _count(run.threads, "run.threads", 0, MAX_THREADS, note=" (0: all cores)")
     _check(
         not (cfg.rollout.engine == "vllm" and run.backend == "inprocess" and len(cfg.models) > 1),

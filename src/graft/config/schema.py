@@ -24,6 +24,13 @@ class RunConfig:
     """Checkpoint every this many steps (and always after the last step); 0: only at the end."""
     keep_checkpoints: int = 2
     """How many of the newest checkpoints to keep (older ones are deleted)."""
+    log_every: int = 10
+    """Every this many steps, one plain line per policy: its all-fail and all-pass shares, the
+    share of its all-fail prompts a peer rescued, and the admitted share of what peers sent;
+    0: never (summary.json has the whole run's shares either way)."""
+    no_signal_after: int = 5
+    """Warn when a policy has had no learning signal (every group all-fail or all-pass and no peer
+    response admitted) for this many steps in a row; 0: never."""
     threads: int = 0
     """Torch intra-op threads per policy; 0: all cores for policies that run one after the other
     (`inprocess`), the cores divided among the policies when they run in parallel."""

@@ -34,6 +34,8 @@ IGNORED_KEYS = (
     "run.steps",  # compared through the evaluation steps instead
     "run.save_every",
     "run.keep_checkpoints",
+    "run.log_every",
+    "run.no_signal_after",
     "run.threads",
     "run.tensorboard",
     "run.progress",

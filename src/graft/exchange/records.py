@@ -74,6 +74,9 @@ class DirectionResult:
     """Peer responses offered to the receiver."""
     admitted: int = 0
     """Peer responses admitted (w > 0)."""
+    scores: tuple[tuple[float, bool], ...] = ()
+    """(s, correct) of every peer response offered, in order (s is NaN for one dropped before
+    scoring): the compatibility scores `graft probe` histograms."""
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,9 @@ def graft_direction(
     metrics.update(skill_metrics(d, weights))
     metrics.update(what_if_admission(d, cfg))
     admitted = sum(w > 0 for w in weights)
-    return DirectionResult(groups, metrics, sent=len(requests), admitted=admitted)
+    correct = [source[r.prompt_index].verdicts_G[r.member].correct for r in requests]
+    scores = tuple(zip((float(v) for v in s_values), correct))
+    return DirectionResult(groups, metrics, sent=len(requests), admitted=admitted, scores=scores)
 
 
 def own_batches(groups: Mapping[str, Sequence[Group]]) -> dict[str, list[TrainGroup]]:

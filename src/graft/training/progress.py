@@ -30,6 +30,11 @@ def reward_postfix(metrics: Mapping[str, float], prefix: Mapping[str, str]) -> d
     return out
 
 
+def say(line: str) -> None:
+    """A plain line that does not tear the progress bar."""
+    tqdm.write(line)
+
+
 def warn(message: str) -> None:
     """A warning line that does not tear the progress bar."""
     tqdm.write(f"warning: {message}")

@@ -23,7 +23,7 @@ from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
 from graft.preflight import check_store
 from graft.rollout import SamplingParams
-from graft.rundir import MetricsLog, move_aside, policy_prefix, write_summary
+from graft.rundir import MetricsLog, move_aside, policy_prefix, read_metrics, write_summary
 from graft.rundir.book import RunBook, where_it_stands
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, prompt_batch
@@ -32,8 +32,9 @@ from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import resolve_verifier, verifier_for_extract
 from graft.training.groups import group_metrics, make_groups
-from graft.training.progress import progress_bar, reward_postfix, warn
+from graft.training.progress import progress_bar, reward_postfix, say, warn
 from graft.training.recorder import Recorder
+from graft.training.signal import SignalLog, run_summary
 from graft.types import Group, Rollout
 
 
@@ -129,23 +130,10 @@ class Trainer:
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict[str, float]:
         """rollout -> verify -> group -> exchange -> update -> store, for every policy at once."""
-        problems = prompt_batch(
-            self.train_problems,
-            step=step,
-            batch_size=self.plan.prompts_per_step,
-            seed=self.cfg.run.seed,
-        )
-        self._verify_spans = []
         t0 = time.perf_counter()
-        groups = self.backend.generate(  # each policy's groups, verified as they arrive
-            problems,
-            n=self.plan.group_size,
-            params=self.sampling,
-            seeds=self._seeds(step, "rollout"),
-            then=self._verify_and_group,
-        )
+        groups = self.rollout(step)
         t1, t2 = max(a for a, _ in self._verify_spans), time.perf_counter()
-        outcome = self._exchange(step, groups)
+        outcome = self.exchange(step, groups)
         t3 = time.perf_counter()
         stats = self.backend.train(outcome.batches, seeds=self._seeds(step, "update"))
         self._check_finite(step, stats)
@@ -173,6 +161,24 @@ class Trainer:
                     f"the learning rate, or skip such steps with --set algo.nonfinite=skip"
                 )
 
+    def rollout(self, step: int) -> dict[str, tuple[Group, ...]]:
+        """rollout -> verify -> group: each policy's groups on the step's prompts, with the step's
+        seeds (what `graft probe` also runs, without the update)."""
+        problems = prompt_batch(
+            self.train_problems,
+            step=step,
+            batch_size=self.plan.prompts_per_step,
+            seed=self.cfg.run.seed,
+        )
+        self._verify_spans = []
+        return self.backend.generate(  # each policy's groups, verified as they arrive
+            problems,
+            n=self.plan.group_size,
+            params=self.sampling,
+            seeds=self._seeds(step, "rollout"),
+            then=self._verify_and_group,
+        )
+
     def _verify_and_group(self, name: str, rollouts: list[Rollout]) -> tuple[Group, ...]:
         """One policy's rollouts, verified and grouped with their advantages; runs in the driver
         as soon as they arrive, while the other policies still sample."""
@@ -182,7 +188,7 @@ class Trainer:
         self._verify_spans.append((start, time.perf_counter()))
         return groups
 
-    def _exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
+    def exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
         """GRAFT: online between co-training policies, or from a stored peer; else plain GRPO."""
         algo = self.cfg.algo
         outcome = exchange(
@@ -254,6 +260,12 @@ class Trainer:
             self.recorder = Recorder(cfg, run_dir, verifier=self.verifier, policies=workers)
             self.recorder.rollback(start)
         log = MetricsLog(run_dir, start_step=start, tensorboard=cfg.run.tensorboard)
+        signal = SignalLog(
+            self.prefix,
+            groups=self.plan.prompts_per_step,
+            every=cfg.run.log_every,
+            warn_after=cfg.run.no_signal_after,
+        )
         last: dict[str, float] = {}
         step = start
         try:
@@ -269,6 +281,11 @@ class Trainer:
                     metrics.update(self.evaluate(done))
                     book.track_best(done, metrics, suite=self.val_suite)
                 log.log(done, metrics)
+                lines, warnings = signal.update(done, metrics)
+                for line in lines:
+                    say(line)
+                for message in warnings:
+                    warn(message)
                 last = metrics
                 bar.set_postfix(reward_postfix(metrics, self.prefix))
                 every = cfg.run.save_every
@@ -282,7 +299,8 @@ class Trainer:
             ) from None
         finally:
             log.close()
-        write_summary(run_dir, last, best=book.best)
+        shares = run_summary(read_metrics(run_dir), self.prefix, groups=self.plan.prompts_per_step)
+        write_summary(run_dir, {**last, **shares}, best=book.best)
         return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
 
     def _flush_store(self) -> None:

@@ -1,0 +1,153 @@
+"""`graft probe`: what a GRAFT run can expect, measured before training.
+
+The probe runs the first steps of a run without the update: each step's prompts and seeds are the
+run's own (`Trainer.rollout`), each model samples its group of n responses per prompt, the
+verifier scores them, and the exchange runs exactly as in training (gate, balancing, the
+receiver's re-tokenization and compatibility scores, the weights) on the models as they start.
+So the probe's first step is the run's first step, count for count; later steps show the starting
+models on more prompts. `graft.evidence.forecast` turns the counts into the report.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from graft.config import Config, ConfigError, to_dict
+from graft.config.lib import from_dict
+from graft.evidence.forecast import direction_summary, grpo_verdict, model_summary, verdict
+from graft.evidence.regime import COUNT_KEYS
+
+
+def _model_entry(spec: str, base: dict[str, Any] | None, index: int) -> dict[str, Any]:
+    """`[NAME=]PATH` over the config's model at that position (its dtype, template, ...)."""
+    name, sep, path = spec.partition("=")
+    if not sep or "/" in name or ":" in name:
+        name, path = "", spec
+    if not path:
+        raise ConfigError(f"--model {spec!r}: give a model path or name (NAME=PATH or PATH)")
+    entry = dict(base or {})
+    if entry.get("path") != path:
+        entry["tokenizer"] = ""  # the config's tokenizer belongs to its own model
+    entry["path"] = path
+    if not name:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(path.rstrip("/")).name.split(":")[-1])
+        name = stem or f"model{index}"
+    entry["name"] = name
+    return entry
+
+
+def probe_config(
+    cfg: Config,
+    *,
+    models: Sequence[str] = (),
+    data: str = "",
+    n: int = 0,
+) -> Config:
+    """The config the probe runs: `cfg` with the given models (`[NAME=]PATH`, each over the
+    config's model at that position), problems from `data`, n responses per prompt; online
+    exchange between the models, no store, no evaluation."""
+    raw = to_dict(cfg)
+    if models:
+        old = raw["models"]
+        raw["models"] = [
+            _model_entry(spec, old[i] if i < len(old) else None, i) for i, spec in enumerate(models)
+        ]
+        names = [m["name"] for m in raw["models"]]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--model: two models named alike ({names}); use NAME=PATH")
+    if data:
+        raw["task"]["name"] = "math"
+        raw["task"]["math"]["train"] = data
+    if n:
+        raw["rollout"]["group_size"] = n
+    several = len(raw["models"]) > 1
+    raw["exchange"]["enabled"] = several
+    raw["exchange"]["source"] = "online"
+    raw["store"]["enabled"] = False
+    raw["eval"]["every"] = 0
+    raw["run"]["progress"] = False
+    return from_dict(Config, raw)  # checked as it is made
+
+
+def default_steps(cfg: Config, limit: int) -> int:
+    """Steps that cover `limit` prompts at the config's batch size (10 without a limit)."""
+    per_step = cfg.rollout.prompts_per_step
+    return -(-limit // per_step) if limit else 10
+
+
+def run_probe(cfg: Config, *, steps: int, limit: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Sample, verify and exchange for `steps` steps without training; the counts per step."""
+    from tqdm import tqdm
+
+    from graft.training.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    try:
+        if limit:
+            trainer.train_problems = trainer.train_problems[:limit]
+        records = []
+        start = time.perf_counter()
+        for step in tqdm(range(steps), desc="probe", unit="step", disable=not progress):
+            groups = trainer.rollout(step)
+            outcome = trainer.exchange(step, groups)
+            directions = {
+                f"{a}->{b}": {
+                    "counts": {k: v for k, v in d.metrics.items() if _is_count(k)},
+                    "scores": [[s, ok] for s, ok in d.scores],
+                }
+                for (a, b), d in outcome.directions.items()
+            }
+            correct = {name: [g.num_correct for g in gs] for name, gs in groups.items()}
+            records.append({"step": step, "correct": correct, "directions": directions})
+        seconds = time.perf_counter() - start
+        workers = trainer.backend.describe()
+    finally:
+        trainer.close()
+    return {
+        "names": list(trainer.names),
+        "n": cfg.rollout.group_size,
+        "prompts_per_step": cfg.rollout.prompts_per_step,
+        "steps": records,
+        "seconds_steps": seconds,
+        "models": {name: workers[name].get("model_revision", "") for name in trainer.names},
+    }
+
+
+def _is_count(key: str) -> bool:
+    return key in COUNT_KEYS or key.startswith("admit_if/") or key == "dropped_empty"
+
+
+def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
+    """Per model and per direction, the forecast (graft.evidence.forecast) and its verdicts."""
+    names, n = raw["names"], raw["n"]
+    correct = {name: [c for st in raw["steps"] for c in st["correct"][name]] for name in names}
+    models = {name: model_summary(correct[name], n) for name in names}
+    directions: dict[str, Any] = {}
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            key = f"{a}->{b}"
+            per_step = [st["directions"].get(key, {}) for st in raw["steps"]]
+            counts = [d.get("counts", {}) for d in per_step]
+            scores = [(float(s), bool(ok)) for d in per_step for s, ok in d.get("scores", [])]
+            d = direction_summary(correct[b], correct[a], n, counts, scores)
+            d["verdict"] = verdict(d, source=a, receiver=b, weight=cfg.exchange.weight)
+            directions[key] = d
+    verdicts = [grpo_verdict(m, name=name) for name, m in models.items()]
+    verdicts += [d["verdict"] for d in directions.values()]
+    return {
+        "steps": len(raw["steps"]),
+        "seconds_steps": raw["seconds_steps"],
+        "prompts": len(raw["steps"]) * raw["prompts_per_step"],
+        "n": n,
+        "weight": cfg.exchange.weight,
+        "delta": cfg.exchange.delta,
+        "models": models,
+        "directions": directions,
+        "verdicts": verdicts,
+    }
