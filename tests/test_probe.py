@@ -158,6 +158,28 @@ def test_the_probes_first_step_is_the_runs_first_step(tmp_path):
     assert (out / "probe.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.timeout(600)
+def test_a_third_model_samples_only_itself(tmp_path):
+    """A probe of llama and qwen keeps their rollouts; probing them with a third model reuses
+    them (the same groups, step for step) and samples only the newcomer."""
+    out = tmp_path / "probe"
+    base = ["probe", "--config", "configs/graft_tiny.yaml", "--steps", "2", "--out", str(out)]
+    base += ["--set", "rollout.prompts_per_step=4", "--set", "run.backend=inprocess"]
+    assert main(base) == 0
+    first = json.loads((out / "probe.json").read_text())["raw"]
+    assert first["sampled_steps"] == {"llama": 2, "qwen": 2}
+    models = ["llama=tiny:llama-char-add", "qwen=tiny:qwen2-bpe-add", "third=tiny:llama-char-add"]
+    assert main([*base, *[a for m in models for a in ("--model", m)]]) == 0
+    second = json.loads((out / "probe.json").read_text())["raw"]
+    assert second["sampled_steps"] == {"llama": 0, "qwen": 0, "third": 2}
+    for a, b in zip(first["steps"], second["steps"]):
+        assert all(a["correct"][name] == b["correct"][name] for name in ("llama", "qwen"))
+    assert "Rollouts reused from the cache: llama, qwen." in (out / "probe.md").read_text()
+    summary = json.loads((out / "probe.json").read_text())["summary"]
+    assert set(summary["models"]) == {"llama", "qwen", "third"}
+    assert {"third->llama", "llama->third", "qwen->third"} <= set(summary["directions"])
+
+
 def _one_line_error(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -111,6 +111,7 @@ class Backend(ABC):
         params: SamplingParams,
         seeds: Mapping[str, int],
         then: None = None,
+        names: Sequence[str] | None = None,
     ) -> dict[str, list[Rollout]]: ...
 
     @overload
@@ -122,6 +123,7 @@ class Backend(ABC):
         params: SamplingParams,
         seeds: Mapping[str, int],
         then: Then[list[Rollout], T],
+        names: Sequence[str] | None = None,
     ) -> dict[str, T]: ...
 
     def generate(
@@ -132,14 +134,15 @@ class Backend(ABC):
         params: SamplingParams,
         seeds: Mapping[str, int],
         then: Then[list[Rollout], Any] | None = None,
+        names: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Each policy's rollouts; with `then`, `then(name, rollouts)` run in the driver on each
-        policy's rollouts as soon as they are there (while the other policies may still sample),
-        and its result kept instead."""
+        """Each policy's rollouts (of the policies in `names`, default all); with `then`,
+        `then(name, rollouts)` run in the driver on each policy's rollouts as soon as they are
+        there (while the other policies may still sample), and its result kept instead."""
         problems = list(problems)
         calls = {
             name: ("generate", (problems,), {"n": n, "params": params, "seed": seeds[name]})
-            for name in self.names
+            for name in (self.names if names is None else names)
         }
         return self._call(calls, keep if then is None else then)
 

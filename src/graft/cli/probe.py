@@ -46,7 +46,13 @@ def add_parser(sub: Any) -> None:
         default=0,
         help="steps of prompts to probe (default: enough for --limit, else 10)",
     )
-    p.add_argument("--out", default="probe", help="output folder (default: ./probe)")
+    p.add_argument(
+        "--out",
+        default="probe",
+        help="output folder (default: ./probe); each model's rollouts are kept in OUT/cache and "
+        "reused by the next probe with the same model and settings",
+    )
+    p.add_argument("--fresh", action="store_true", help="sample again, ignoring OUT/cache")
     add_set_argument(p)
     p.set_defaults(handler=run)
 
@@ -68,11 +74,16 @@ def run(args: argparse.Namespace) -> int:
     cfg = load(args.config, args.overrides)
     cfg = probe_config(cfg, models=args.model, data=args.data or "", n=args.n)
     steps = args.steps or default_steps(cfg, args.limit)
+    out = Path(args.out)
+    cache = out / "cache"
+    if args.fresh and cache.is_dir():
+        import shutil
+
+        shutil.rmtree(cache)
     start = time.perf_counter()
-    raw = run_probe(cfg, steps=steps, limit=args.limit)
+    raw = run_probe(cfg, steps=steps, limit=args.limit, cache_dir=cache)
     seconds = time.perf_counter() - start
     summary = summarize(raw, cfg)
-    out = Path(args.out)
     print(write_report(raw, summary, out, seconds=seconds))
     print(f"files: {out / 'probe.md'}, {out / 'probe.json'}, {out / 'probe.png'}")
     return 0

@@ -79,20 +79,40 @@ def default_steps(cfg: Config, limit: int) -> int:
     return -(-limit // per_step) if limit else 10
 
 
-def run_probe(cfg: Config, *, steps: int, limit: int = 0, progress: bool = True) -> dict[str, Any]:
-    """Sample, verify and exchange for `steps` steps without training; the counts per step."""
+def run_probe(
+    cfg: Config,
+    *,
+    steps: int,
+    limit: int = 0,
+    progress: bool = True,
+    cache_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Sample, verify and exchange for `steps` steps without training; the counts per step.
+    With `cache_dir`, each model's rollouts are kept there per step and reused (probe_cache)."""
     from tqdm import tqdm
 
+    from graft.evidence.probe_cache import RolloutCache
     from graft.training.trainer import Trainer
 
     trainer = Trainer(cfg)
     try:
         if limit:
             trainer.train_problems = trainer.train_problems[:limit]
-        records = []
+        workers = trainer.backend.describe()
+        cache = None
+        if cache_dir is not None:
+            revisions = {name: w.get("model_revision", "") for name, w in workers.items()}
+            cache = RolloutCache(cache_dir, cfg, revisions, limit=limit)
+        records, sampled = [], {name: 0 for name in trainer.names}
         start = time.perf_counter()
         for step in tqdm(range(steps), desc="probe", unit="step", disable=not progress):
-            groups = trainer.rollout(step)
+            cached = cache.get(trainer.names, step) if cache else {}
+            groups = trainer.rollout(step, cached=cached)
+            for name, gs in groups.items():
+                if name not in cached:
+                    sampled[name] += 1
+                    if cache:
+                        cache.put(name, step, [g.rollout for g in gs])
             outcome = trainer.exchange(step, groups)
             directions = {
                 f"{a}->{b}": {
@@ -104,7 +124,6 @@ def run_probe(cfg: Config, *, steps: int, limit: int = 0, progress: bool = True)
             correct = {name: [g.num_correct for g in gs] for name, gs in groups.items()}
             records.append({"step": step, "correct": correct, "directions": directions})
         seconds = time.perf_counter() - start
-        workers = trainer.backend.describe()
     finally:
         trainer.close()
     return {
@@ -113,6 +132,7 @@ def run_probe(cfg: Config, *, steps: int, limit: int = 0, progress: bool = True)
         "prompts_per_step": cfg.rollout.prompts_per_step,
         "steps": records,
         "seconds_steps": seconds,
+        "sampled_steps": sampled,
         "models": {name: workers[name].get("model_revision", "") for name in trainer.names},
     }
 
@@ -143,6 +163,7 @@ def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
     return {
         "steps": len(raw["steps"]),
         "seconds_steps": raw["seconds_steps"],
+        "sampled_steps": raw["sampled_steps"],
         "prompts": len(raw["steps"]) * raw["prompts_per_step"],
         "n": n,
         "weight": cfg.exchange.weight,

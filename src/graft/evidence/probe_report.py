@@ -126,6 +126,9 @@ def markdown(summary: Mapping[str, Any], *, seconds: float) -> str:
         f"Sampled, verified and exchanged in {summary['seconds_steps']:.0f} s "
         f"({seconds:.0f} s with loading the models)."
     )
+    reused = [name for name, k in summary["sampled_steps"].items() if k < summary["steps"]]
+    if reused:
+        text.append(f"Rollouts reused from the cache: {', '.join(reused)}.")
     return "\n".join(text) + "\n"
 
 

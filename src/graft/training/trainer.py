@@ -161,9 +161,12 @@ class Trainer:
                     f"the learning rate, or skip such steps with --set algo.nonfinite=skip"
                 )
 
-    def rollout(self, step: int) -> dict[str, tuple[Group, ...]]:
+    def rollout(
+        self, step: int, *, cached: Mapping[str, Sequence[Rollout]] | None = None
+    ) -> dict[str, tuple[Group, ...]]:
         """rollout -> verify -> group: each policy's groups on the step's prompts, with the step's
-        seeds (what `graft probe` also runs, without the update)."""
+        seeds (what `graft probe` also runs, without the update; it passes the rollouts it
+        already has as `cached`, and only the other policies sample)."""
         problems = prompt_batch(
             self.train_problems,
             step=step,
@@ -171,13 +174,18 @@ class Trainer:
             seed=self.cfg.run.seed,
         )
         self._verify_spans = []
-        return self.backend.generate(  # each policy's groups, verified as they arrive
+        cached = cached or {}
+        fresh = [name for name in self.names if name not in cached]
+        groups = self.backend.generate(  # each policy's groups, verified as they arrive
             problems,
             n=self.plan.group_size,
             params=self.sampling,
             seeds=self._seeds(step, "rollout"),
             then=self._verify_and_group,
+            names=fresh,
         )
+        groups.update({name: self._verify_and_group(name, list(r)) for name, r in cached.items()})
+        return {name: groups[name] for name in self.names}
 
     def _verify_and_group(self, name: str, rollouts: list[Rollout]) -> tuple[Group, ...]:
         """One policy's rollouts, verified and grouped with their advantages; runs in the driver
