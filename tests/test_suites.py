@@ -179,13 +179,15 @@ def test_paper_group_is_the_five_benchmarks(hub):
 
 def test_hub_failures_are_one_line_with_the_way_out(hub, monkeypatch):
     monkeypatch.setitem(
-        BENCHMARKS, "math500", BENCHMARKS["math500"].__class__("nobody/gone", "test", "a", "b", "1")
+        BENCHMARKS,
+        "math500",
+        BENCHMARKS["math500"].__class__("nobody/gone", "test", "a", "b", "1" * 40),
     )
     with pytest.raises(DataError) as info:
         load_suites(["math500"])
     message = str(info.value)
     assert "\n" not in message
-    assert "'nobody/gone'" in message and "revision 1" in message
+    assert "'nobody/gone'" in message and f"revision {'1' * 40}" in message
     assert "HF_DATASETS_OFFLINE=1" in message and ".jsonl" in message
 
 
@@ -259,3 +261,12 @@ def test_max_prompt_tokens_must_be_positive(capsys):
     assert main(["eval", "--model", "tiny:llama-char-add", "--max-prompt-tokens", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "graft: error: graft eval --max-prompt-tokens: must be at least 1, got 0"
+
+
+def test_every_pin_is_a_full_commit_hash_and_a_short_one_is_refused():
+    from graft.eval.suites import BENCHMARKS, HubBenchmark
+
+    for name, bench in BENCHMARKS.items():
+        assert len(bench.revision) == 40, name
+    with pytest.raises(ValueError, match=r"math-ai/amc23: revision '80815d3' is not a full commit"):
+        HubBenchmark("math-ai/amc23", "test", "question", "answer", "80815d3")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +52,16 @@ class HubBenchmark:
     problem_column: str
     answer_column: str
     revision: str
-    """The dataset repository's commit that graft reads (a repository can change under a name)."""
+    """The dataset repository's commit that graft reads (a repository can change under a name):
+    the full 40-character hash, as the hub client requires of a commit revision."""
     subset: str = ""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[0-9a-f]{40}", self.revision):
+            raise ValueError(
+                f"{self.dataset}: revision {self.revision!r} is not a full commit hash "
+                "(40 hexadecimal characters)"
+            )
 
 
 BENCHMARKS: dict[str, HubBenchmark] = {
@@ -73,8 +82,16 @@ BENCHMARKS: dict[str, HubBenchmark] = {
     "aime2025": HubBenchmark(
         "math-ai/aime25", "test", "problem", "answer", "563bb8404243c5f09de6ec262f2db674fe5bce9b"
     ),
-    "amc23": HubBenchmark("math-ai/amc23", "test", "question", "answer", "80815d3"),
-    "minerva": HubBenchmark("math-ai/minervamath", "test", "question", "answer", "ee46ddc"),
+    "amc23": HubBenchmark(
+        "math-ai/amc23", "test", "question", "answer", "80815d37005feb82cd7f8fbc6901d5d3eff43057"
+    ),
+    "minerva": HubBenchmark(
+        "math-ai/minervamath",
+        "test",
+        "question",
+        "answer",
+        "ee46ddc498933b1977577953250ca5c66be64f96",
+    ),
 }
 GROUPS: dict[str, tuple[str, ...]] = {"paper": tuple(BENCHMARKS)}
 
