@@ -254,7 +254,14 @@ def test_readme_paper_command_runs_to_the_end(hub, tmp_path, capsys):
     (entry,) = result["models"].values()
     assert entry["suites"]["minerva"]["problems"] == len(HUB["math-ai/minervamath"]["rows"]) - 1
     assert "1 of 5 prompts are longer than 200 tokens" in capsys.readouterr().out
-    assert (out / "eval.md").read_text().count("|") > 10
+    text = (out / "eval.md").read_text()
+    assert "## Verdicts" in text and "| model | suite | refused golds |" in text
+    for name in BENCHMARKS:  # every stand-in's golds parse: 0 refused, shown per suite
+        problems = entry["suites"][name]["problems"]
+        assert f"| {name} | 0 of {problems} |" in text
+    # 8 new tokens cannot hold a boxed answer: every response is counted under a reason
+    reasons = entry["suites"]["math500"]["verdict_reasons"]
+    assert sum(reasons.values()) == entry["suites"]["math500"]["problems"]
 
 
 def test_max_prompt_tokens_must_be_positive(capsys):

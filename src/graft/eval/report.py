@@ -45,13 +45,38 @@ def markdown_table(result: Mapping[str, Any], *, baseline: str | None = None) ->
     return "\n".join(lines) + "\n" + note + "\n"
 
 
+def verdict_table(result: Mapping[str, Any]) -> str:
+    """Per model and suite: the golds the verifier refused, and why the responses were not
+    correct (every reason that occurred, summed over runs and samples)."""
+    suites = result["settings"]["suites"]
+    sources = result["settings"].get("datasets", {})
+    lines = [
+        "| model | suite | refused golds | not correct, by reason |",
+        "|---|---|---|---|",
+    ]
+    for name, m in result["models"].items():
+        for suite in suites:
+            entry = m["suites"][suite]
+            refused = int(sources.get(suite, {}).get("unparseable_golds", 0))
+            total = entry["problems"]
+            reasons = ", ".join(
+                f"{reason} {count}"
+                for reason, count in sorted(entry.get("verdict_reasons", {}).items())
+                if count
+            )
+            cells = [name, suite, f"{refused} of {total}", reasons or "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_eval(out_dir: Path, result: Mapping[str, Any], *, baseline: str | None = None) -> str:
     """eval.json and eval.md in `out_dir`; returns the Markdown table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "eval.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     table = markdown_table(result, baseline=baseline)
-    (out_dir / "eval.md").write_text(table)
-    return table
+    verdicts = verdict_table(result)
+    (out_dir / "eval.md").write_text(f"{table}\n## Verdicts\n\n{verdicts}")
+    return f"{table}\n{verdicts}"
 
 
 def _policies(records: Sequence[Mapping[str, Any]]) -> list[str]:

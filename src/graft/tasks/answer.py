@@ -5,6 +5,12 @@ response that never committed to an answer. `last_boxed` never falls back to an 
 "the last number in the text"; `final_boxes` reads a final answer written as several adjacent
 boxes (`\\boxed{1}, \\boxed{2}`); `answer_line` is the opt-in fallback for responses without a
 box (`verify.extract: answer_line`); `final_number` accepts only a bare integer after the last `=`.
+
+`commitment` says whether the text around the final box takes it back: an earlier box offered as
+an alternative (`$\\boxed{5}$ (or possibly $\\boxed{7}$)`) or an alternative after it (`\\boxed{7},
+or maybe 5`) is a hedge; text after it that calls it wrong or states another answer (`... but
+that is wrong: the correct answer is 6`) retracts it. `offers_alternatives` finds a hedge inside
+one box (`\\boxed{4 \\text{ or } 5}`).
 """
 
 from __future__ import annotations
@@ -132,3 +138,46 @@ def final_number(text: str) -> str | None:
     """
     tail = text.strip().rpartition("=")[2].strip()
     return tail if _INTEGER.fullmatch(tail) else None
+
+
+_HEDGE = re.compile(r"\b(?:or|maybe|perhaps|possibly|alternatively|otherwise)\b", re.IGNORECASE)
+_MATHY = re.compile(r"\d|\\boxed|\$|\\frac|\\sqrt|\b[a-z]\b")
+_RETRACTION = re.compile(
+    r"\b(?:is|was|seems|looks|be)\s+(?:wrong|incorrect|not\s+(?:the\s+)?(?:right|correct))"
+    r"|(?<!no\s)\bmistake\b|\bcorrect\s+answer\s+is\b|\banswer\s+should\s+be\b"
+    r"|\bscratch\s+that\b|\binstead\b|\bactually\b[,\s]+(?:it|the\s+answer)\b",
+    re.IGNORECASE,
+)
+_HEDGE_WINDOW = 80
+"""How far from the final box (in characters) an alternative counts as offered with it."""
+_IN_BOX_HEDGE = re.compile(r"\b(?:or|either|maybe|possibly)\b|\\lor\b|\\vee\b")
+
+
+def offers_alternatives(content: str) -> bool:
+    """Does one box's content offer alternatives in words (`4 \\text{ or } 5`, `3 or 4`)?"""
+    return _IN_BOX_HEDGE.search(content) is not None
+
+
+def commitment(text: str) -> str:
+    """ "hedge", "retracted", or "" when the response commits to its final box (module docstring).
+    "" also when there is no closed final box."""
+    commands = list(_BOX_COMMAND.finditer(text))
+    if not commands:
+        return ""
+    boxes = [_box_at(text, m.start(), m.end()) for m in commands]
+    start, end, content = boxes[-1]
+    if content is None:
+        return ""
+    tail = text[end:]
+    if _RETRACTION.search(tail):
+        return "retracted"
+    near = tail[:_HEDGE_WINDOW].split("\n\n")[0]
+    hedge = _HEDGE.search(near)
+    if hedge is not None and _MATHY.search(near[hedge.end() :]):
+        return "hedge"
+    if len(boxes) > 1:
+        prev_end = boxes[-2][1]
+        gap = text[prev_end:start]
+        if len(gap) <= _HEDGE_WINDOW and not _joins(gap) and _HEDGE.search(gap):
+            return "hedge"
+    return ""

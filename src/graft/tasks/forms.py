@@ -8,6 +8,16 @@ Each rewrite keeps the value and only changes the spelling (tests/test_answer_fo
 - `\\mathrm{e}` / `\\mathrm{i}` are Euler's number and the imaginary unit, like plain `e` / `i`;
 - `E_{1}` is a subscripted symbol (the parser reads a bare `E` as Euler's number and fails).
 
+- an answer wrapped in `$...$` is its content (gold `$12:00$`);
+- `1\\,000` and `1{,}000` are one thousand (a thin space or braced comma between digit groups);
+- `\\varnothing` is `\\emptyset`; `2√3` is `2\\sqrt{3}`; `90°` is 90 degrees (`90^\\circ`);
+- a repeating decimal `0.\\overline{3}` is the fraction it equals (1/3);
+- an AMC choice written with its value, `\\textbf{(C)}~27` or `\\text{(B) } 12`, is the value.
+
+Units are split off by `split_unit` before parsing (the parser's own unit stripping is off):
+only words that are units (`UNITS`) inside `\\text{}` / `\\mathrm{}` (or bare, for words of two
+letters or more), and degrees; never a letter of the expression (`\\frac{1}{m} t` keeps its t).
+
 Two forms are not LaTeX expressions at all and are read here into their own values:
 - clock times `12:00`, `9:05:30`, `3:15 p.m.` (`ClockTime`), which the parser reads as 12/0;
 - sequences with an ellipsis `1, 2, 4, \\ldots` (`Elided`), compared element by element with the
@@ -69,9 +79,45 @@ class Elided:
     items: tuple[Any, ...]
 
 
+_DOLLARS = re.compile(r"^\$+(.*?)\$+$", re.DOTALL)
+_THOUSANDS = re.compile(r"(?<![\d.])(\d{1,3})((?:(?:\\,|\{,\})\d{3})+)(?![\d])")
+_SQRT_SIGN = re.compile(r"√\s*(\{[^{}]*\}|\d+(?:\.\d+)?|[A-Za-z])")
+_DEGREE = re.compile(r"\s*(?:°|\^\s*\{?\s*\\circ\s*\}?|\\degree)\s*$")
+_OVERLINE = re.compile(r"^(-?)(\d*)\.(\d*)\\overline\{(\d+)\}$")
+_AMC_CHOICE = re.compile(
+    r"^(?:\\textbf\{\s*\(?[A-E]\)?\s*\}|\\text\{\s*\(?[A-E]\)\s*\}|\([A-E]\))"
+    r"\s*(?:~|\\[,;: ]|\\quad)*\s*(.+)$"
+)
+
+
+def repeating_decimal(text: str) -> str | None:
+    """`0.\\overline{3}` -> `\\frac{1}{3}`, `1.2\\overline{45}` -> its fraction; None otherwise."""
+    match = _OVERLINE.match(text.strip())
+    if match is None:
+        return None
+    sign, whole, fixed, repeat = match.groups()
+    den = 10 ** len(fixed) * (10 ** len(repeat) - 1)
+    num = int(fixed + repeat) - int(fixed or "0")
+    num += int(whole or "0") * den
+    return f"{sign}\\frac{{{num}}}{{{den}}}"
+
+
 def rewrite(text: str) -> str:
     """The same answer, spelled so that the LaTeX parser reads its value (module docstring)."""
     text = text.strip()
+    dollars = _DOLLARS.match(text)
+    if dollars is not None and dollars.group(1).strip():
+        text = dollars.group(1).strip()
+    choice = _AMC_CHOICE.match(text)
+    if choice is not None:
+        text = choice.group(1).strip()
+    text = _THOUSANDS.sub(lambda m: m.group(1) + re.sub(r"\\,|\{,\}", "", m.group(2)), text)
+    text = text.replace("\\varnothing", "\\emptyset")
+    text = _SQRT_SIGN.sub(lambda m: f"\\sqrt{{{m.group(1).strip('{}')}}}", text)
+    text = _DEGREE.sub("", text)
+    fraction = repeating_decimal(text)
+    if fraction is not None:
+        text = fraction
     text = _E_NOTATION.sub(lambda m: f"({m.group(1)} \\times 10^{{{int(m.group(2))}}})", text)
     text = _NUMPY_CALL.sub(lambda m: f"\\{m.group(1)}(", text)
     text = re.sub(r"\bnp\.pi\b", r"\\pi", text)
@@ -133,3 +179,74 @@ def elided_parts(text: str) -> list[str] | None:
         return None
     marked = [ELLIPSIS if p in _ELLIPSIS else p for p in parts]
     return marked if ELLIPSIS in marked else None
+
+
+_UNIT_WORDS = """
+    m cm mm km nm um μm kg g mg s sec secs second seconds ms min mins minute minutes h hr hrs
+    hour hours day days week weeks month months year years yr yrs l L ml mL liter liters litre
+    litres in inch inches ft foot feet yd yard yards mi mile miles mph kph km/h m/s cm/s m/s^2
+    N J kJ W kW MW V mV A mA Pa kPa MPa atm bar K C F Hz kHz MHz GHz eV keV MeV GeV mol Ohm ohm
+    ohms T G rad radian radians deg degree degrees dollar dollars cent cents unit units
+    square cubic sq cu meter meters metre metres centimeter centimeters millimeter millimeters
+    kilometer kilometers gram grams kilogram kilograms pound pounds lb lbs oz ounce ounces
+    gallon gallons quart quarts pint pints cup cups ton tons tonne tonnes calorie calories cal kcal
+    """
+UNITS = frozenset(_UNIT_WORDS.split())
+"""Words read as units when they trail an answer (in `\\text{}` / `\\mathrm{}`, or bare when
+two letters or more). Single letters count only inside `\\text{}` / `\\mathrm{}`."""
+
+_TEXT_GROUP = re.compile(r"\\(?:text|mathrm|textrm|mbox|rm)\s*\{([^{}]*)\}(\s*\^\s*\{?\d\}?)?\s*$")
+_BARE_WORD = re.compile(r"(?<=[\d}\s])\s*([A-Za-z]{2,}(?:/[A-Za-z]+)?)(\s*\^\s*\{?\d\}?)?\s*$")
+_TRAILING_SPACE = re.compile(r"(?:\\[,;: !]|~|\\quad|\s)+$")
+
+
+def _is_unit(words: str) -> bool:
+    parts = words.replace("\\ ", " ").split()
+    return bool(parts) and all(w.strip(".") in UNITS for w in parts)
+
+
+def split_unit(text: str) -> tuple[str, str]:
+    """(the value, its unit) of an answer with a trailing unit (`5 \\text{ cm}^2` -> ("5",
+    "cm^2")); ("text", "") when nothing trails it that is a unit. Degrees are dropped (90° = 90),
+    as math-verify does."""
+    value, units = text.strip(), []
+    while True:
+        match = _TEXT_GROUP.search(value)
+        bare = None if match else _BARE_WORD.search(value)
+        found = match or bare
+        if found is None or not _is_unit(found.group(1)):
+            break
+        before = value[: found.start()]
+        if not before.strip() or not re.search(r"[\w})]", before):
+            break  # the unit is the whole answer: leave it
+        units.insert(0, " ".join(found.group(1).split()) + (found.group(2) or "").replace(" ", ""))
+        value = _TRAILING_SPACE.sub("", before)
+    return value, " ".join(units)
+
+
+_UNIT_NAMES = {
+    "centimeter": "cm", "millimeter": "mm", "kilometer": "km", "meter": "m", "metre": "m",
+    "second": "s", "sec": "s", "minute": "min", "hour": "h", "hr": "h", "gram": "g",
+    "kilogram": "kg", "inch": "in", "foot": "ft", "feet": "ft", "yard": "yd", "mile": "mi",
+    "liter": "l", "litre": "l", "degree": "deg", "radian": "rad", "pound": "lb", "year": "yr",
+    "ounce": "oz", "ohm": "ohm", "square": "sq", "cubic": "cu", "dollar": "dollar",
+    "cent": "cent", "day": "day", "week": "week",
+}  # fmt: skip
+
+
+def same_unit(a: str, b: str) -> bool:
+    """Do two units from `split_unit` name the same unit (`cm` = `centimeters`)?"""
+
+    def canonical(unit: str) -> str:
+        out = []
+        for word in unit.lower().replace("^", " ^").split():
+            word = (
+                word[:-1]
+                if len(word) > 3 and word.endswith("s") and word[:-1] in _UNIT_NAMES
+                else word
+            )
+            word = "ft" if word in ("feet", "foot") else _UNIT_NAMES.get(word, word)
+            out.append(word)
+        return " ".join(out)
+
+    return canonical(a) == canonical(b)

@@ -25,7 +25,15 @@ pinned by a test in tests/test_verify.py):
   tuple or a pair, as a set when the gold is a set; against any other gold, boxes that do not all
   hold the same value are a hedge and `wrong`, even when the last box is right;
 - forms the LaTeX parser misreads are read first (`graft.tasks.forms`): e-notation, NumPy-style
-  golds, trailing periods, `\\mathrm{e}`, clock times and sequences with an ellipsis.
+  golds, trailing periods, `\\mathrm{e}`, clock times, sequences with an ellipsis, thin-space
+  thousands, `\\varnothing`, `√`, degrees, repeating decimals, AMC choices with their value;
+- the answer must be committed to (`graft.tasks.answer.commitment`): a hedge inside the box or
+  beside it is `wrong/hedge`, a box taken back by the text after it is `no_answer/retracted`;
+- units are split off by `forms.split_unit` (only unit words, never a letter of the expression;
+  math-verify's own unit stripping is off, as it reads `\\frac{1}{m} t` as `\\frac{1}{m}`); two
+  different units are `wrong/unit`;
+- structure counts: a set never equals a tuple or an interval, and an equation answer counts only
+  when its left side is a variable (`8 = 7` is `wrong/equation` for 7).
 
 `verify_math_answer_line` (config `verify.extract: answer_line`) also reads responses without a
 box, from an "answer is X" / "Answer: X" last line (`graft.tasks.answer.answer_line`).
@@ -35,6 +43,7 @@ metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import math
@@ -47,7 +56,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from graft.tasks import forms
-from graft.tasks.answer import answer_line, final_boxes, final_number
+from graft.tasks.answer import (
+    answer_line,
+    commitment,
+    final_boxes,
+    final_number,
+    offers_alternatives,
+)
 from graft.types import VERDICT_CATEGORIES, Verdict
 
 Verifier = Callable[[str, str], Verdict]
@@ -97,7 +112,9 @@ def _math() -> SimpleNamespace:
 
     # It warns once per process that its SIGALRM timeout is off; that is deliberate here.
     grader.TIMEOUT_WARNING_SHOWN = True
-    config = LatexExtractionConfig().normalization_config
+    # Units are split off by graft.tasks.forms.split_unit, which never eats a variable; the
+    # normalizer's own unit stripping reads trailing letters as units (1/m t -> 1/m).
+    config = dataclasses.replace(LatexExtractionConfig().normalization_config, units=False)
     return SimpleNamespace(
         sympy=sympy,
         grader=grader,
@@ -127,7 +144,7 @@ def parse_latex(text: str) -> Any:
 
 def parse_answer(text: str) -> Any:
     """Parse a gold or an answer: the forms of `graft.tasks.forms` first, then LaTeX as a whole."""
-    text = forms.rewrite(text)
+    text = forms.split_unit(forms.rewrite(text))[0]
     clock = forms.clock_time(text)
     if clock is not None:
         return clock
@@ -135,6 +152,11 @@ def parse_answer(text: str) -> Any:
     if parts is not None:
         return forms.Elided(tuple(p if p == forms.ELLIPSIS else parse_latex(p) for p in parts))
     return parse_latex(text)
+
+
+def unit_of(text: str) -> str:
+    """The unit trailing a gold or an answer (`forms.split_unit`), "" when none."""
+    return forms.split_unit(forms.rewrite(text))[1]
 
 
 def _is_number(expr: Any) -> bool:
@@ -186,6 +208,11 @@ def _numbers_equal(a: Any, b: Any) -> bool:
 def _containers_equal(gold: Any, pred: Any) -> bool | None:
     """Strict comparison of tuples / sets / intervals of numbers; None when not such a pair."""
     s = _math().sympy
+    kinds = (s.Tuple, s.FiniteSet, s.Interval)
+    gk = next((k for k in kinds if isinstance(gold, k)), None)
+    pk = next((k for k in kinds if isinstance(pred, k)), None)
+    if gk is not None and pk is not None and s.FiniteSet in (gk, pk) and gk is not pk:
+        return False  # a set is not an ordered pair or an interval, whatever its elements
     if isinstance(gold, s.Interval) and isinstance(pred, s.Interval):
         ends = (gold.start, gold.end, pred.start, pred.end)
         if not all(_is_number(e) for e in ends):
@@ -266,10 +293,30 @@ def _joint_answer(gold: Any, parts: list[Any]) -> tuple[Any, Any] | None:
     return None
 
 
-def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...]) -> Verdict:
+def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str) -> str:
+    """Why one box is wrong whatever its value ("hedge", "equation", "unit"), or ""."""
+    s = _math().sympy
+    containers = (s.Tuple, s.FiniteSet, s.Interval)
+    several = isinstance(pred, s.FiniteSet | s.Tuple) and len(pred.args) > 1
+    if several and not isinstance(gold, containers):
+        return "hedge"  # `3, 4` or `\\pm 3` for one value
+    m = _math()
+    if isinstance(pred, s.Basic) and m.grader.is_equation(pred) and not m.grader.is_equation(gold):
+        lhs = m.grader.take_last_relation(pred).lhs
+        if not lhs.is_Symbol:
+            return "equation"  # `8 = 7` does not say the asked quantity is 7
+    unit = unit_of(box)
+    if unit and gold_unit and not forms.same_unit(unit, gold_unit):
+        return "unit"
+    return ""
+
+
+def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold_unit: str = "") -> Verdict:
     """Verdict of the final answer given as one or several boxes (see the module docstring)."""
     if not all(boxes):
         return Verdict("no_answer", "empty")
+    if len(boxes) == 1 and offers_alternatives(boxes[0]):  # in words, parseable or not
+        return Verdict("wrong", _clip(f"hedge: {boxes[0]}"))
     parsed = []
     for answer in boxes:
         try:
@@ -277,6 +324,9 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...]) -> Verdict:
         except Exception as exc:
             return Verdict("no_answer", _clip(f"unparseable answer {answer!r}: {exc}"))
     if len(parsed) == 1:
+        flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], gold_unit)
+        if flaw:
+            return Verdict("wrong", _clip(f"{flaw}: {boxes[0]}"))
         category = "correct" if math_equal(gold_expr, parsed[0]) else "wrong"
         return Verdict(category, _clip(boxes[0]))
     detail = _clip(_SEVERAL_BOXES + " | ".join(boxes))
@@ -305,9 +355,15 @@ def _verify_math(response: str, gold: str, *, extract: str) -> Verdict:
             if line is None:
                 return Verdict("no_answer", _NO_BOX + " and no answer line")
             boxes = (line,)
+        elif boxes is not None:
+            taken_back = commitment(response)
+            if taken_back == "retracted":
+                return Verdict("no_answer", _clip(f"retracted: {boxes[-1]}"))
+            if taken_back == "hedge":
+                return Verdict("wrong", _clip(f"hedge: {boxes[-1]}"))
         if boxes is None:
             return Verdict("no_answer", _NO_BOX)
-        return _judge_boxes(gold_expr, boxes)
+        return _judge_boxes(gold_expr, boxes, unit_of(gold))
     except Exception as exc:
         return _error(exc)
 
@@ -328,6 +384,8 @@ def verdict_reason(verdict: Verdict) -> str:
     if verdict.category == "no_answer":
         if detail.startswith(_NO_BOX):
             return "no_box"
+        if detail.startswith("retracted: "):
+            return "retracted"
         if detail == "empty":
             return "empty_box"
         return "unparseable_answer" if detail.startswith("unparseable answer") else "other"
@@ -335,13 +393,16 @@ def verdict_reason(verdict: Verdict) -> str:
         gold_problem = ("unparseable gold", "gold answer")
         return "unparseable_gold" if detail.startswith(gold_problem) else "other"
     if verdict.category == "wrong":
+        for reason in ("hedge", "equation", "unit"):
+            if detail.startswith(f"{reason}: "):
+                return reason
         return "several_boxes" if detail.startswith(_SEVERAL_BOXES) else "one_answer"
     return ""
 
 
 VERDICT_REASONS: dict[str, tuple[str, ...]] = {
-    "wrong": ("one_answer", "several_boxes"),
-    "no_answer": ("no_box", "empty_box", "unparseable_answer", "other"),
+    "wrong": ("one_answer", "several_boxes", "hedge", "equation", "unit"),
+    "no_answer": ("no_box", "empty_box", "unparseable_answer", "retracted", "other"),
     "error": ("unparseable_gold", "other"),
 }
 
@@ -362,7 +423,7 @@ def verdict_counts(verdicts: Iterable[Verdict]) -> dict[str, float]:
 # ---------------------------------------------------------------------------- registry
 
 VERIFIERS: dict[str, Verifier] = {"math": verify_math, "final_number": verify_final_number}
-_VERSIONS = {"math": "graft-strict-1", "final_number": "1"}
+_VERSIONS = {"math": "graft-strict-2", "final_number": "1"}
 
 
 def _check_name(name: str) -> tuple[str, str]:
@@ -406,7 +467,7 @@ def resolve_verifier(name: str) -> Verifier:
 
 
 def verifier_version(name: str) -> str:
-    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-1"."""
+    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-2"."""
     if name == "math":
         return f"math-verify=={importlib.metadata.version('math-verify')};{_VERSIONS[name]}"
     if name in VERIFIERS:
