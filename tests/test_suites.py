@@ -277,3 +277,13 @@ def test_every_pin_is_a_full_commit_hash_and_a_short_one_is_refused():
         assert len(bench.revision) == 40, name
     with pytest.raises(ValueError, match=r"math-ai/amc23: revision '80815d3' is not a full commit"):
         HubBenchmark("math-ai/amc23", "test", "question", "answer", "80815d3")
+
+
+def test_the_readmes_suite_table_matches_the_stand_ins():
+    """README's table: each suite's dataset, the start of its pinned hash, and its stand-in's
+    gold count (test_readme_paper_command_runs_to_the_end checks that none is refused)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name, bench in BENCHMARKS.items():
+        rows = len(HUB[bench.dataset]["rows"])
+        row = f"| `{name}` | `{bench.dataset}` @ `{bench.revision[:8]}` | 0 of {rows} |"
+        assert row in readme, row
