@@ -266,3 +266,64 @@ def test_the_kl_reference_of_a_lora_policy_is_its_base_model(tmp_path):
     assert max(abs(a - b) for a, b in zip(ref, want)) < 1e-6
     assert max(abs(a - b) for a, b in zip(now, want)) > 1e-4  # the adapter trained
     assert not any(p.requires_grad for p in policy.ref_model.parameters())
+
+
+def _adapted(model) -> set[str]:
+    """Names (as in the plain model) of the modules that hold a LoRA adapter."""
+    prefix = "base_model.model."
+    return {
+        name.removeprefix(prefix)
+        for name, module in model.named_modules()
+        if hasattr(module, "lora_A") and "default" in getattr(module, "lora_A", {})
+    }
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        "all-linear",
+        r".*layers\.1\..*(q|v)_proj",
+        ("q_proj", "down_proj"),
+        ("model.layers.0.self_attn.q_proj",),
+        ("layers.1.mlp.up_proj", "v_proj"),
+    ],
+)
+def test_target_modules_select_what_peft_selects(targets):
+    """`all-linear`, a regular expression, leaf names and dotted names: graft adapts exactly the
+    modules peft adapts for the same target_modules (a dotted name is that one module, not every
+    layer's module of the same last name)."""
+    peft = pytest.importorskip("peft")
+    from conftest import random_llama
+    from graft.config import LoRAConfig
+    from graft.models.lora import apply_lora
+
+    ours = apply_lora(random_llama(), LoRAConfig(r=2, target_modules=targets), key="m", seed=0)
+    as_peft = list(targets) if isinstance(targets, tuple) else targets
+    theirs = peft.get_peft_model(
+        random_llama(), peft.LoraConfig(r=2, target_modules=as_peft, task_type="CAUSAL_LM")
+    )
+    assert _adapted(ours) == _adapted(theirs) and _adapted(ours)
+    if targets == ("model.layers.0.self_attn.q_proj",):
+        assert _adapted(ours) == {"model.layers.0.self_attn.q_proj"}
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("models.0.lora.target_modules=[q_proj]", "models.0.lora.target_modules"),
+        ("models.0.lora.alpha=16", "models.0.lora.alpha"),
+        ("models.0.lora.dropout=1.5", "models.0.lora.dropout"),
+    ],
+)
+def test_lora_keys_set_while_r_is_zero_end_in_one_line(setting, key):
+    """A `lora:` block without `r` used to train the whole model and ignore the rest silently."""
+    from graft.config import Config, ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=rf"^{key}: set to .* while models\.0\.lora\.r is 0"):
+        load_config(Config, str(GRPO), [setting])
+    cfg = load_config(
+        Config, str(GRPO), ["models.0.lora.r=4", "models.0.lora.target_modules=all-linear"]
+    )
+    assert cfg.models[0].lora.target_modules == "all-linear"
+    with pytest.raises(ConfigError, match=r"models\.0\.lora\.target_modules: not a regular"):
+        load_config(Config, str(GRPO), ["models.0.lora.r=4", "models.0.lora.target_modules=(q"])

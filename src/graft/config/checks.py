@@ -90,6 +90,14 @@ def _check_lora(lora: LoRAConfig, key: str, *, engine: str) -> None:
     _check(lora.r >= 0, f"{key}.r", f"must be >= 0 (0: off), got {lora.r}")
     _count(lora.r, f"{key}.r", 0, MAX_LORA_RANK, note=" (0: off)")
     if lora.r == 0:
+        default = type(lora)()
+        for name in ("alpha", "dropout", "target_modules"):
+            _check(
+                getattr(lora, name) == getattr(default, name),
+                f"{key}.{name}",
+                f"set to {getattr(lora, name)!r} while {key}.r is 0, so LoRA is off and the "
+                f"whole model trains; set {key}.r > 0 to train adapters, or remove {name}",
+            )
         return
     _check(
         lora.alpha >= 0 and math.isfinite(lora.alpha),
@@ -97,12 +105,18 @@ def _check_lora(lora: LoRAConfig, key: str, *, engine: str) -> None:
         f"must be > 0 (0: 2 r) and finite, got {lora.alpha}",
     )
     _check(0 <= lora.dropout < 1, f"{key}.dropout", f"must be in [0, 1), got {lora.dropout}")
-    for name in lora.target_modules:
-        _check(
-            bool(name) and all(part.isidentifier() for part in name.split(".")),
-            f"{key}.target_modules",
-            f"{name!r} is not a module name (e.g. q_proj)",
-        )
+    if isinstance(lora.target_modules, str):
+        try:
+            re.compile(lora.target_modules)
+        except re.error as err:
+            _check(False, f"{key}.target_modules", f"not a regular expression ({err})")
+    else:
+        for name in lora.target_modules:
+            _check(
+                bool(name) and all(part.isidentifier() for part in name.split(".")),
+                f"{key}.target_modules",
+                f"{name!r} is not a module name (e.g. q_proj)",
+            )
     _check(
         engine != "vllm",
         f"{key}.r",

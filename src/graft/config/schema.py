@@ -154,9 +154,12 @@ class LoRAConfig:
     dropout: float = 0.0
     """Dropout on the adapters' input in the update's forward passes (seeded per step); sampling
     and scoring run without it."""
-    target_modules: tuple[str, ...] = ()
-    """Names of the layers that get adapters (`q_proj`, `v_proj`, GPT-2's `c_attn`, ...): a
-    module whose name ends in one of them; empty: every linear layer except the output head."""
+    target_modules: str | tuple[str, ...] = ()
+    """The layers that get adapters, as in peft: a list of names (`[q_proj, v_proj]`; a module
+    matches when its full name is the entry or ends in `.` + the entry, so
+    `model.layers.0.self_attn.q_proj` is that one layer), `all-linear` (every linear layer except
+    the output head), or another string, a regular expression the full module name must match
+    (`.*layers\\.[01]\\..*(q|v)_proj`); empty: every linear layer except the output head."""
 
 
 @dataclass(frozen=True)

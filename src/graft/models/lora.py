@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,31 +49,48 @@ def _peft(key: str) -> Any:
     return peft
 
 
-def adapter_layer_names(model: torch.nn.Module) -> list[str]:
-    """Leaf names of the layers an adapter can go on (linear and GPT-2's Conv1D), output head
-    excluded, in order of first appearance."""
+def _adaptable(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Full name -> module of every layer an adapter can go on (linear and GPT-2's Conv1D),
+    the output head excluded: what peft's `all-linear` means."""
     from transformers.pytorch_utils import Conv1D
 
     head = model.get_output_embeddings()
-    names: dict[str, None] = {}
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear | Conv1D) and module is not head:
-            names.setdefault(name.rsplit(".", 1)[-1], None)
-    return list(names)
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear | Conv1D) and module is not head
+    }
 
 
-def _targets(model: torch.nn.Module, lora: LoRAConfig, key: str) -> list[str]:
-    available = adapter_layer_names(model)
-    if not lora.target_modules:
-        return available
-    wanted = {t.rsplit(".", 1)[-1]: t for t in lora.target_modules}
-    missing = [full for leaf, full in wanted.items() if leaf not in available]
+def adapter_layer_names(model: torch.nn.Module) -> list[str]:
+    """Leaf names of the layers an adapter can go on, in order of first appearance."""
+    return list(dict.fromkeys(name.rsplit(".", 1)[-1] for name in _adaptable(model)))
+
+
+def target_names(model: torch.nn.Module, lora: LoRAConfig, key: str) -> list[str]:
+    """The full names of the modules `lora.target_modules` selects, with peft's meaning: a list
+    entry matches a module named by it or ending in `.` + it; `all-linear` (or nothing) is every
+    adaptable layer; any other string is a regular expression for the whole name."""
+    layers = list(_adaptable(model))
+    wanted = lora.target_modules
+    if not wanted or wanted == "all-linear":
+        return layers
+    where = f"{key}.target_modules"
+    if isinstance(wanted, str):
+        chosen = [n for n in layers if re.fullmatch(wanted, n)]
+        if not chosen:
+            raise LoRAError(
+                f"{where}: {wanted!r} matches no adaptable layer of {type(model).__name__} "
+                f"(full names such as {layers[0]!r})"
+            )
+        return chosen
+    missing = [t for t in wanted if not any(n == t or n.endswith("." + t) for n in layers)]
     if missing:
         raise LoRAError(
-            f"{key}.target_modules: {', '.join(map(repr, missing))} is not a layer of this model "
-            f"({type(model).__name__}); its layers: {', '.join(available)}"
+            f"{where}: {', '.join(map(repr, missing))} is not a layer of this model "
+            f"({type(model).__name__}); its layers: {', '.join(adapter_layer_names(model))}"
         )
-    return list(wanted)
+    return [n for n in layers if any(n == t or n.endswith("." + t) for t in wanted)]
 
 
 @contextlib.contextmanager
@@ -89,18 +107,17 @@ def apply_lora(model: torch.nn.Module, lora: LoRAConfig, *, key: str, seed: int)
     peft = _peft(key)
     from transformers.pytorch_utils import Conv1D
 
-    targets = _targets(model, lora, key)
-    conv1d = any(
-        isinstance(m, Conv1D) and name.rsplit(".", 1)[-1] in targets
-        for name, m in model.named_modules()
-    )
+    targets = target_names(model, lora, key)
+    modules = dict(model.named_modules())
+    conv1d = any(isinstance(modules[name], Conv1D) for name in targets)
     config = peft.LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha or 2 * lora.r,
         lora_dropout=lora.dropout,
-        target_modules=targets,
+        target_modules=targets,  # full names: peft adapts exactly these
         fan_in_fan_out=conv1d,  # GPT-2's Conv1D stores its weight transposed
         bias="none",
+        task_type="CAUSAL_LM",
     )
     with torch.random.fork_rng(), _quiet_peft():
         torch.manual_seed(seed)
