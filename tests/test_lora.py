@@ -3,6 +3,8 @@ held-out accuracy while the base weights stay bit-identical, resume is exact, a 
 fully trained peer co-train alike in every backend, the merged export is a plain transformers
 model with the adapter model's log-probs, and bad LoRA settings end in one line."""
 
+import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,20 @@ def test_lora_grpo_raises_accuracy_trains_only_the_adapter_and_exports_a_merged_
     want = score_sequences(policy.model, prompts, responses, **args)
     diffs = [abs(a - b) for ga, wa in zip(got, want) for a, b in zip(ga, wa)]
     assert diffs and max(diffs) < 1e-5, max(diffs)
+
+    # A standard PEFT adapter: peft alone loads it, its tiny base included, to the same log-probs.
+    from peft import AutoPeftModelForCausalLM
+
+    body = json.loads((ckpt / "adapter_config.json").read_text())
+    assert body["task_type"] == "CAUSAL_LM"
+    assert Path(body["base_model_name_or_path"]) == build_tiny("llama-char-add").resolve()
+    assert json.loads((ckpt / "graft_adapter.json").read_text())["base"] == "tiny:llama-char-add"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        alone = AutoPeftModelForCausalLM.from_pretrained(str(ckpt)).eval()
+    got = score_sequences(alone, prompts, responses, **args)
+    diffs = [abs(a - b) for ga, wa in zip(got, want) for a, b in zip(ga, wa)]
+    assert max(diffs) < 1e-5, max(diffs)
 
 
 def test_lora_resume_is_exact(tmp_path):

@@ -10,6 +10,7 @@ whose one-line message names the config key, the path and the cause.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -310,3 +311,28 @@ def load_model_and_tokenizer(
         ) from e
     model.eval()  # no dropout: rollouts and the RL update both run the deterministic network
     return model, tokenizer
+
+
+def plain_base_path(cfg: ModelConfig, *, cache_dir: Path | None = None) -> str:
+    """A name or path of `cfg`'s model that transformers' `from_pretrained` resolves by itself
+    (what a PEFT adapter names as its base): a hub name as it is, a local directory as an
+    absolute path, a `tiny:` preset as its built directory, and a `.gguf` file as a plain copy
+    of its dequantized weights, saved once under the cache (`<cache>/gguf/<sha256 prefix>`)."""
+    source = _resolve(cfg.path, "base", cache_dir)
+    if source.kind == "hub":
+        return source.location
+    if source.kind == "local":
+        return str(Path(source.location).resolve())
+    from graft.models.tiny import default_cache_dir
+
+    gguf = Path(source.location) / (source.gguf_file or "")
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()[:16]
+    out = (cache_dir or default_cache_dir()) / "gguf" / f"{gguf.stem}-{digest}"
+    if not (out / "config.json").is_file():
+        plain = replace(cfg, lora=type(cfg.lora)(), dtype="float32", param_dtype="float32")
+        model, tokenizer = load_model_and_tokenizer(plain, cache_dir=cache_dir)
+        tmp = out.with_name(out.name + ".tmp")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.replace(out)
+    return str(out.resolve())

@@ -2,8 +2,10 @@
 
 With `models.N.lora.r > 0` the policy's model gets adapters on the chosen layers and only they
 train: the base weights keep `requires_grad=False`, the optimizer holds state for the adapters
-alone, and a checkpoint stores the adapter (`adapter_model.safetensors`, `adapter_config.json`
-naming the base model by its graft path) next to the tokenizer and optimizer state. Loading such a
+alone, and a checkpoint stores the adapter as a standard PEFT adapter (`adapter_model.safetensors`,
+`adapter_config.json` with `task_type: CAUSAL_LM` and a base transformers resolves, so
+`AutoPeftModelForCausalLM` loads it) plus `graft_adapter.json` naming the base by its graft path,
+next to the tokenizer and optimizer state. Loading such a
 checkpoint directory as a model (`graft eval`, `graft export-merged`) reads the base model it
 names and merges the adapter into it, giving a plain transformers model.
 
@@ -29,6 +31,7 @@ from graft.config import LoRAConfig, ModelConfig
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+GRAFT_ADAPTER = "graft_adapter.json"
 
 
 class LoRAError(ValueError):
@@ -136,14 +139,19 @@ def adapter_state(wrapped: Any) -> dict[str, torch.Tensor]:
     }
 
 
-def save_adapter(wrapped: Any, directory: Path, *, base: ModelConfig) -> None:
-    """adapter_model.safetensors + adapter_config.json (its base: `base.path` as graft reads it)."""
+def save_adapter(wrapped: Any, directory: Path, *, base: ModelConfig, base_path: str) -> None:
+    """A standard PEFT adapter: adapter_model.safetensors + adapter_config.json, whose base is
+    `base_path` (a name or path transformers resolves, so that
+    `AutoPeftModelForCausalLM.from_pretrained(directory)` loads it), and graft_adapter.json with
+    the base as graft names it (`models.N.path`: a `tiny:` preset, a .gguf file, ...)."""
     directory.mkdir(parents=True, exist_ok=True)
     config = wrapped.peft_config["default"]
-    config.base_model_name_or_path = base.path
-    config.revision = base.revision or None
+    config.base_model_name_or_path = base_path
+    config.revision = (base.revision or None) if base_path == base.path else None
     save_file({k: v.cpu() for k, v in adapter_state(wrapped).items()}, directory / ADAPTER_WEIGHTS)
     config.save_pretrained(str(directory))
+    provenance = {"base": base.path, "revision": base.revision}
+    (directory / GRAFT_ADAPTER).write_text(json.dumps(provenance))
 
 
 def load_adapter(wrapped: Any, directory: Path) -> None:
@@ -169,12 +177,17 @@ def is_adapter_dir(path: Path) -> bool:
 
 
 def adapter_base(path: Path) -> tuple[str, str]:
-    """(base model path, revision) an adapter directory names."""
+    """(base model path, revision) an adapter directory names: graft's own spelling from
+    graft_adapter.json, else (an adapter from elsewhere) peft's `base_model_name_or_path`."""
+    ours = path / GRAFT_ADAPTER
+    source = ours if ours.is_file() else path / ADAPTER_CONFIG
     try:
-        body = json.loads((path / ADAPTER_CONFIG).read_text())
+        body = json.loads(source.read_text())
+        if source == ours:
+            return str(body["base"]), str(body.get("revision") or "")
         return str(body["base_model_name_or_path"]), str(body.get("revision") or "")
     except (ValueError, KeyError, TypeError) as err:
-        raise LoRAError(f"{path / ADAPTER_CONFIG}: unreadable adapter config ({err})") from None
+        raise LoRAError(f"{source}: unreadable adapter config ({err})") from None
 
 
 def merge_adapter(base: torch.nn.Module, path: Path) -> torch.nn.Module:

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from graft.errors import DataError
+from graft.models.load import plain_base_path
 from graft.models.lora import (
     adapter_dropout,
     load_adapter,
@@ -33,6 +34,7 @@ class Policy:
     def __init__(self, spec: PolicySpec) -> None:
         self.spec = spec
         self.name = spec.model.name
+        self._base_path: str | None = None  # a LoRA policy's base, as PEFT names it (on save)
         parts = build_parts(spec)
         self.device, self.model, self.tokenizer = parts.device, parts.model, parts.tokenizer
         self.adapter, self.fingerprint = parts.adapter, parts.fingerprint
@@ -242,7 +244,10 @@ class Policy:
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         if self.adapter is not None:  # the adapter alone: the base is read from models.N.path
-            save_adapter(self.adapter, directory, base=self.spec.model)
+            if self._base_path is None:
+                cache = Path(self.spec.cache_dir) if self.spec.cache_dir else None
+                self._base_path = plain_base_path(self.spec.model, cache_dir=cache)
+            save_adapter(self.adapter, directory, base=self.spec.model, base_path=self._base_path)
         else:
             self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
