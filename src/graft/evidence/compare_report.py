@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.evidence.compare import CURVE_MEAN
+from graft.evidence.endpoints import final_point
 
 INTERVAL_RULE = (
     "Differences are method − baseline in points (percent), paired by seed (same seed: same "
@@ -47,11 +48,6 @@ def verdict(iv: Mapping[str, Any]) -> str:
         word = "**significant**" if iv["holm_significant"] else "not significant"
         return f"{word} (primary, Holm p={iv['holm_p']:.3g})"
     return "exploratory: excludes 0" if iv["significant"] else "exploratory"
-
-
-def final_point(points: Sequence[str]) -> str:
-    steps = [p for p in points if p.startswith("step_")]
-    return max(steps, key=lambda p: int(p.split("_")[1]))
 
 
 def delta_table(policy: Mapping[str, Any], *, metrics: Sequence[str] | None = None) -> list[str]:

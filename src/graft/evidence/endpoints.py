@@ -75,10 +75,16 @@ def run_primary(units: Sequence[Any]) -> tuple[str, ...]:
     return next(iter(named), ())
 
 
+def final_point(points: Sequence[str]) -> str:
+    """The name of the last evaluation's point (`step_N` with the largest N)."""
+    steps = [p for p in points if p.startswith("step_")]
+    return max(steps, key=lambda p: int(p.split("_")[1]))
+
+
 def _cell(points: Mapping[str, Any], point: str) -> Mapping[str, Any] | None:
     if point == "final":
-        steps = [p for p in points if p.startswith("step_")]
-        return points[max(steps, key=lambda p: int(p.split("_")[1]))] if steps else None
+        has_steps = any(p.startswith("step_") for p in points)
+        return points[final_point(list(points))] if has_steps else None
     return points.get(point)
 
 

@@ -13,12 +13,12 @@ probe's steps (each step's prompts are an independent draw, so steps are the clu
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graft.evidence.regime import STARVED_BELOW
-from graft.evidence.stats import t_quantile
+from graft.evidence.stats import paired_interval, t_quantile
+from graft.exchange.diagnostics import quantiles
 
 Z95 = 1.959963984540054
 """The 97.5% quantile of the standard normal."""
@@ -55,12 +55,11 @@ def mean_interval(
 ) -> dict[str, float | None]:
     """Mean with its 95% Student t interval (None with fewer than 2 values); `floor` bounds the
     interval below (0 for counts)."""
-    mean = statistics.fmean(values) if values else 0.0
-    if len(values) < 2:
-        return {"mean": mean, "low": None, "high": None}
-    half = t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    low = mean - half if floor is None else max(floor, mean - half)
-    return {"mean": mean, "low": low, "high": mean + half}
+    if not values:
+        return {"mean": 0.0, "low": None, "high": None}
+    iv = paired_interval(values)
+    low = iv.low if iv.low is None or floor is None else max(floor, iv.low)
+    return {"mean": iv.mean, "low": low, "high": iv.high}
 
 
 def ratio_interval(num_C: Sequence[float], den_C: Sequence[float]) -> dict[str, float | None]:
@@ -110,13 +109,6 @@ def model_summary(num_correct_P: Sequence[int], n: int) -> dict[str, Any]:
     }
 
 
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    q = statistics.quantiles(values, n=10, method="inclusive") if len(values) > 1 else values * 9
-    return {"p10": q[0], "p50": statistics.median(values), "p90": q[8]}
-
-
 def direction_summary(
     receiver_P: Sequence[int],
     source_P: Sequence[int],
@@ -162,8 +154,8 @@ def direction_summary(
         "admitted_correct": ratio_interval(col("admitted_correct"), sent_correct),
         "admitted_wrong": ratio_interval(col("admitted_wrong"), sent_wrong),
         "admitted_if": admitted,
-        "s_correct": _quantiles([s for s, ok in valid if ok]),
-        "s_wrong": _quantiles([s for s, ok in valid if not ok]),
+        "s_correct": quantiles([s for s, ok in valid if ok]),
+        "s_wrong": quantiles([s for s, ok in valid if not ok]),
         "per_step": {
             "grafted_groups": mean_interval(col("prompts_grafted"), floor=0.0),
             "admitted_responses": mean_interval(col("admitted"), floor=0.0),

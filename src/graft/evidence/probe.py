@@ -19,7 +19,7 @@ from typing import Any
 from graft.config import Config, ConfigError, to_dict
 from graft.config.lib import from_dict
 from graft.evidence.forecast import direction_summary, grpo_verdict, model_summary, verdict
-from graft.evidence.regime import COUNT_KEYS
+from graft.evidence.regime import is_count
 
 
 def _model_entry(spec: str, base: dict[str, Any] | None, index: int) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def run_probe(
             outcome = trainer.exchange(step, groups)
             directions = {
                 f"{a}->{b}": {
-                    "counts": {k: v for k, v in d.metrics.items() if _is_count(k)},
+                    "counts": {k: v for k, v in d.metrics.items() if is_count(k)},
                     "scores": [[s, ok] for s, ok in d.scores],
                 }
                 for (a, b), d in outcome.directions.items()
@@ -135,10 +135,6 @@ def run_probe(
         "sampled_steps": sampled,
         "models": {name: workers[name].get("model_revision", "") for name in trainer.names},
     }
-
-
-def _is_count(key: str) -> bool:
-    return key in COUNT_KEYS or key.startswith("admit_if/") or key == "dropped_empty"
 
 
 def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:

@@ -26,11 +26,12 @@ COUNT_KEYS = (
     "admitted_wrong",
     "dropped_weight",
     "dropped_too_long",
+    "dropped_empty",
 )
 """Per-direction diagnostics that are counts, so they add up over steps and seeds."""
 
 
-def _is_count(metric: str) -> bool:
+def is_count(metric: str) -> bool:
     return metric in COUNT_KEYS or metric.startswith(("by_skill/", "admit_if/"))
 
 
@@ -45,7 +46,7 @@ def direction_totals(
                 continue
             direction, _, metric = key[2:].partition("/")
             dst = direction.partition("->")[2]
-            if dst == receiver and _is_count(metric):
+            if dst == receiver and is_count(metric):
                 out.setdefault(int(r["step"]), {})[f"{direction}/{metric}"] = float(value)
     return out
 

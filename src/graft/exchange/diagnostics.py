@@ -12,7 +12,8 @@ from graft.exchange.weight import compatibility, own_means
 from graft.types import Group
 
 
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
+def quantiles(values: Sequence[float]) -> dict[str, float]:
+    """p10, p50 and p90 (nearest rank), as the s_p* metrics report them."""
     if not values:
         return {}
     ordered = sorted(values)
@@ -71,7 +72,7 @@ def direction_metrics(
             for s, req in zip(s_values, requests)
             if not math.isnan(s) and source[req.prompt_index].verdicts_G[req.member].correct == want
         ]
-        for q, v in _quantiles(vals).items():
+        for q, v in quantiles(vals).items():
             out[f"s_{q}_{label}"] = v
     src_tokens = sum(
         source[req.prompt_index].rollout.completions_G[req.member].num_tokens
