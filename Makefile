@@ -4,7 +4,9 @@
 #   make demo       - set up .venv with what graft itself needs (constraints.txt: the tested newest
 #                     versions) and run the main job on the CPU
 #   make test       - set up .venv with the dev extras too and run the test suite (slow tests
-#                     excluded; see `make test-slow`)
+#                     excluded; see `make test-slow`), then `make test-trackers`
+#   make test-trackers - add the experiment trackers (the `trackers` extra: TensorBoard, W&B,
+#                     MLflow, trackio) to .venv and run the tests that log to each of them
 #   make test-min   - set up .venv-min with the lowest versions pyproject.toml allows
 #                     (constraints-min.txt; torch stays 2.13.0) and run the same fast suite there
 
@@ -13,13 +15,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STAMP_BASE := $(VENV)/.installed-base
+STAMP_TRACKERS := $(VENV)/.installed-trackers
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed
 # The packages whose installed versions `make test-min` prints before it runs the suite.
 KEY_PACKAGES := torch|transformers|tokenizers|safetensors|huggingface.hub|math.verify|pyarrow|numpy|tqdm|matplotlib|pyyaml|pytest|pytest.timeout|ruff|gguf|ray|datasets|peft
 
-.PHONY: demo test test-slow test-all test-min lint format clean setup
+.PHONY: demo test test-trackers test-slow test-all test-min lint format clean setup
 
 setup: $(STAMP)
 
@@ -35,6 +38,11 @@ $(STAMP): $(STAMP_BASE)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
+# The experiment trackers on top: their install is the heaviest, so they have their own target.
+$(STAMP_TRACKERS): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,trackers]"
+	touch $(STAMP_TRACKERS)
+
 $(STAMP_MIN): pyproject.toml constraints-min.txt
 	test -x $(PY_MIN) || $(PYTHON) -m venv $(VENV_MIN)
 	$(PY_MIN) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
@@ -45,18 +53,22 @@ demo: $(STAMP_BASE)
 	$(VENV)/bin/graft demo
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not gpu" -q
+	$(PY) -m pytest -m "not slow and not gpu and not trackers" -q
+	$(MAKE) --no-print-directory test-trackers
+
+test-trackers: $(STAMP_TRACKERS)
+	$(PY) -m pytest -m "trackers and not slow and not gpu" -q
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m "slow and not gpu" -q
 
-test-all: $(STAMP)
+test-all: $(STAMP_TRACKERS)
 	$(PY) -m pytest -m "not gpu" -q
 
 test-min: $(STAMP_MIN)
 	@echo "lowest supported versions (constraints-min.txt):"
 	@$(PY_MIN) -m pip list --format=freeze 2>/dev/null | grep -iE '^($(KEY_PACKAGES))==' | sed 's/^/  /'
-	$(PY_MIN) -m pytest -m "not slow and not gpu" -q
+	$(PY_MIN) -m pytest -m "not slow and not gpu and not trackers" -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts

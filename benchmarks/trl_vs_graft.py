@@ -123,7 +123,7 @@ def rss_mib() -> float:
 
 def graft_config(model_dir: Path, wl: Workload, extra: list[str]) -> Config:
     """graft's side of the workload; the store (TRL writes nothing), eval and logging are off."""
-    sets = f"""run.seed=0 run.threads={THREADS} run.backend=inprocess run.tensorboard=false
+    sets = f"""run.seed=0 run.threads={THREADS} run.backend=inprocess
         run.progress=false models.0.name=qwen2 models.0.path={model_dir} models.0.device=cpu
         models.0.dtype=float32 models.0.optim.lr={wl.lr} models.0.optim.warmup_steps=0
         models.0.optim.weight_decay=0.01 models.0.optim.grad_clip=1.0

@@ -241,7 +241,7 @@ def _train_run(ctx: Context, name: str, config: str, models: int) -> dict:
 
     out = ctx.out / name
     sets = ["run.steps=3", "run.save_every=0", "eval.every=0", "run.progress=false"]
-    sets += ["run.tensorboard=false", "run.backend=inprocess"]
+    sets += ["run.backend=inprocess"]
     for i, key in enumerate(TINY[:models]):
         sets += [f"models.{i}.path={ctx.paths[key]}", f"models.{i}.device={ctx.device}"]
         sets += [f"models.{i}.dtype=bfloat16"]

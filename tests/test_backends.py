@@ -20,7 +20,6 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
 SMALL = [
     "run.progress=false",
     "run.threads=1",
-    "run.tensorboard=false",
     "eval.every=0",
     "rollout.prompts_per_step=8",
     "rollout.group_size=4",

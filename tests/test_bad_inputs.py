@@ -15,7 +15,6 @@ from graft.cli import main
 
 SMALL = [
     "run.progress=false",
-    "run.tensorboard=false",
     "task.arithmetic.num_train=16",
     "task.arithmetic.num_test=8",
     "rollout.prompts_per_step=4",

@@ -31,7 +31,6 @@ from graft.types import Completion, Problem, Rollout, Verdict
 
 SMALL = [
     "run.progress=false",
-    "run.tensorboard=false",
     "task.arithmetic.num_train=12",
     "task.arithmetic.num_test=8",
     "rollout.prompts_per_step=4",

@@ -41,7 +41,6 @@ RECORD = os.environ.get("GRAFT_GOLDEN_RECORD") == "1"
 
 BASE = [
     "run.progress=false",
-    "run.tensorboard=false",
     "run.save_every=0",
     "algo.micro_batch_size=16",
     "eval.every=5",

@@ -56,7 +56,6 @@ def _math_sets(data: str, *extra: str) -> list[str]:
         "task.name=math",
         f"task.math.train={data}",
         "run.progress=false",
-        "run.tensorboard=false",
         "rollout.prompts_per_step=4",
         "rollout.group_size=2",
         "rollout.max_new_tokens=4",

@@ -133,7 +133,6 @@ def test_exchange_off_equals_each_policy_trained_alone(tmp_path):
         "run.steps=3",
         "run.progress=false",
         "run.threads=1",
-        "run.tensorboard=false",
         "rollout.prompts_per_step=8",
         "rollout.group_size=4",
         "algo.minibatches=2",

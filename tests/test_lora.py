@@ -18,7 +18,7 @@ from graft.rundir import read_metrics
 ROOT = Path(__file__).resolve().parents[1]
 GRPO = ROOT / "configs" / "grpo_tiny.yaml"
 GRAFT = ROOT / "configs" / "graft_tiny.yaml"
-QUIET = ["run.progress=false", "run.tensorboard=false", "verify.workers=1"]
+QUIET = ["run.progress=false", "verify.workers=1"]
 SMALL = [
     *QUIET,
     "eval.every=0",

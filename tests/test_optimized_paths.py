@@ -16,7 +16,6 @@ def _run(out: Path, *extra: str) -> None:
     for a in (
         "run.steps=5",
         "run.progress=false",
-        "run.tensorboard=false",
         "eval.every=0",
         "exchange.delta=0.5",
         "algo.micro_batch_size=8",

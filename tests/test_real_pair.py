@@ -70,7 +70,6 @@ def test_two_graft_steps_on_the_real_pair_offline(tmp_path, gguf_paths):
         "run.steps=2",
         "run.save_every=0",
         "run.progress=false",
-        "run.tensorboard=false",
         "rollout.prompts_per_step=2",
         "rollout.group_size=4",
         "rollout.max_new_tokens=160",

@@ -13,7 +13,6 @@ from graft.rundir import read_metrics
 SMALL = [
     "run.save_every=3",
     "run.progress=false",
-    "run.tensorboard=false",
     "task.arithmetic.num_train=12",  # 8 prompts a step: epoch boundaries fall inside batches
     "task.arithmetic.num_test=20",
     "rollout.prompts_per_step=8",

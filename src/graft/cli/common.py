@@ -49,3 +49,30 @@ def with_out_dir(cfg, out: str):
     if cfg.run.out_dir == out:
         return cfg
     return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, out_dir=out))
+
+
+def add_report_to_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """--report-to / --project: the command's outputs also go to experiment trackers."""
+
+    def names(text: str) -> tuple[str, ...]:
+        from graft.rundir.trackers import TRACKERS
+
+        chosen = tuple(n.strip() for n in text.split(",") if n.strip())
+        unknown = [n for n in chosen if n not in TRACKERS]
+        if unknown or not chosen:
+            raise argparse.ArgumentTypeError(
+                f"{', '.join(unknown) or 'nothing'}: expected any of {', '.join(TRACKERS)}"
+            )
+        return chosen
+
+    parser.add_argument(
+        "--report-to",
+        type=names,
+        default=(),
+        metavar="NAMES",
+        help=f"also log {what} to these trackers, comma-separated: tensorboard, wandb, mlflow, "
+        "trackio (as run.report_to)",
+    )
+    parser.add_argument(
+        "--project", default="graft", help="tracker project or experiment (default: graft)"
+    )

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from graft.cli.common import add_report_to_argument
+
 
 def add_parser(sub: Any) -> None:
     compare = sub.add_parser(
@@ -35,16 +37,24 @@ def add_parser(sub: Any) -> None:
         "(repeatable; default: the runs' eval.primary); Holm's correction runs over them",
     )
     compare.add_argument("--out", metavar="DIR", help="output folder (default: the first RUN_DIR)")
+    add_report_to_argument(compare, "compare.png, compare.md and compare.json")
     compare.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from graft.evidence.compare import compare_runs
     from graft.evidence.compare_report import write_report
+    from graft.rundir.trackers import check_trackers, report_outputs
 
+    check_trackers(args.report_to)
     result = compare_runs(args.runs, baseline=args.baseline, primary=args.primary)
     out = Path(args.out or args.runs[0])
     text = write_report(result, out)
     print(text)
-    print(f"files: {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.png'}")
+    files = [out / "compare.md", out / "compare.json", out / "compare.png"]
+    print(f"files: {', '.join(map(str, files))}")
+    config = {"runs": [str(r) for r in args.runs], "baseline": args.baseline or ""}
+    report_outputs(
+        args.report_to, out, kind="compare", files=files, config=config, project=args.project
+    )
     return 0

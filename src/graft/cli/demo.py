@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from graft.cli.common import add_report_to_argument
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
@@ -37,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--reference", action="store_true", help="also run GRPO with 4x the group size"
     )
+    add_report_to_argument(demo, "results.md, results.json and curves.png")
     demo.set_defaults(handler=run)
 
 
@@ -51,9 +54,17 @@ def run(args: argparse.Namespace) -> int:
     settings = DemoSettings.make(
         seeds=args.seeds, quick=args.quick, study=args.study, reference=args.reference
     )
+    from graft.rundir.trackers import check_trackers, report_outputs
+
+    check_trackers(args.report_to)  # before the hours of training
     out = Path(args.out)
     run_demo(out, settings)
     print()
     print((out / "results.md").read_text())
-    print(f"files: {out / 'results.json'}, {out / 'results.md'}, {out / 'curves.png'}")
+    files = [out / "results.json", out / "results.md", out / "curves.png"]
+    print(f"files: {', '.join(map(str, files))}")
+    config = {"seeds": args.seeds, "quick": args.quick, "study": args.study}
+    report_outputs(
+        args.report_to, out, kind="demo", files=files, config=config, project=args.project
+    )
     return 0

@@ -151,6 +151,9 @@ def _check_run(cfg: Config) -> None:
     _count(run.log_every, "run.log_every", 0, note=" (0: never)")
     _count(run.no_signal_after, "run.no_signal_after", 0, note=" (0: never)")
     _count(run.threads, "run.threads", 0, MAX_THREADS, note=" (0: all cores)")
+    twice = sorted({t for t in run.report_to if run.report_to.count(t) > 1})
+    _check(not twice, "run.report_to", f"names {', '.join(twice)} more than once")
+    _check(bool(run.project.strip()) or not run.report_to, "run.project", "must not be empty")
     _check(
         not (cfg.rollout.engine == "vllm" and run.backend == "inprocess" and len(cfg.models) > 1),
         "run.backend",

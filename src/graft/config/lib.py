@@ -65,9 +65,11 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
                 errors.append(str(err))
         raise ConfigError(f"{key}: expected {_type_name(tp)} (got {value!r})")
     if origin is tuple:
+        args = get_args(tp)
+        if isinstance(value, str) and get_origin(args[0]) is Literal and args[1:] == (Ellipsis,):
+            value = [value]  # one choice of a list of choices: `report_to: wandb`
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
-        args = get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_convert(v, args[0], f"{key}.{i}") for i, v in enumerate(value))
         if len(value) != len(args):
@@ -99,6 +101,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported field type {tp!r}")
 
 
+REPLACED = {"run.tensorboard": "run.report_to (write run.report_to: [tensorboard])"}
+"""Keys of earlier versions, and what took their place."""
+
+
 def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
     """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ConfigError."""
     hints = get_type_hints(cls)
@@ -106,6 +112,8 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
     for key in data:
         if key not in names:
             where = f"{prefix}.{key}" if prefix else str(key)
+            if where in REPLACED:
+                raise ConfigError(f"{where}: replaced by {REPLACED[where]}")
             close = [n for n in sorted(names) if n.startswith(str(key)[:3])]
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {sorted(names)}"
             raise ConfigError(f"{where}: unknown key{hint}")

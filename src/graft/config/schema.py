@@ -34,8 +34,15 @@ class RunConfig:
     threads: int = 0
     """Torch intra-op threads per policy; 0: all cores for policies that run one after the other
     (`inprocess`), the cores divided among the policies when they run in parallel."""
-    tensorboard: bool = True
-    """Also write TensorBoard event files when the `tensorboard` extra is installed."""
+    report_to: tuple[Literal["tensorboard", "wandb", "mlflow", "trackio"], ...] = ()
+    """Experiment trackers that also get every step's metrics, the resolved config as the run's
+    parameters and the run's curves.png (each an optional extra: `pip install
+    'graft-rl[wandb]'`). tensorboard: RUN_DIR/tensorboard; wandb: RUN_DIR/wandb (WANDB_MODE=offline
+    needs no network); mlflow: MLFLOW_TRACKING_URI; trackio: its local store (TRACKIO_DIR). A
+    resumed run continues the same tracker runs (RUN_DIR/trackers.json names them)."""
+    project: str = "graft"
+    """The W&B or trackio project, or the MLflow experiment, the run is logged under (the
+    tracker run is named after the run directory)."""
     progress: bool = True
     """Show a progress bar on the console."""
     backend: Literal["auto", "inprocess", "processes", "ray"] = "auto"

@@ -149,7 +149,6 @@ def _overrides(s: DemoSettings, out: Path, seed: int) -> list[str]:
         "run.save_every=0",
         "run.progress=false",
         "run.log_every=0",  # the demo reports per run; its runs' per-policy lines would be noise
-        "run.tensorboard=false",
         "task.name=arithmetic",
         f"task.arithmetic.skills={skills}",
         "task.arithmetic.scratchpad=true",

@@ -6,7 +6,9 @@
         (a LoRA policy: adapter_model.safetensors + adapter_config.json instead of the model)
     RUN_DIR/checkpoints/step_NNNNNN/trainer_state.json   next step, RNG states, versions
     RUN_DIR/summary.json         final metrics of the run
-    RUN_DIR/tensorboard/         event files, when tensorboard is installed
+    RUN_DIR/trackers.json        the experiment-tracker runs this run logs to (run.report_to)
+    RUN_DIR/tensorboard/, wandb/  those trackers' files, when run.report_to names them
+    RUN_DIR/curves.png           the run's curves, for the trackers (when run.report_to names any)
 
     RUN_DIR/checkpoints/step_NNNNNN/MANIFEST.json   sha256 and size of every other file in it
     RUN_DIR/checkpoints/best/<policy>/MANIFEST.json  the same, per best-by-validation policy

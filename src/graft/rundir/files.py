@@ -9,12 +9,15 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from graft.config import Config, to_dict
 from graft.errors import DataError
+
+if TYPE_CHECKING:
+    from graft.rundir.trackers import Trackers
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "run.json", "checkpoints", "trajectories")
 """What makes a directory hold a run (any one of them)."""
@@ -111,20 +114,14 @@ def _clean(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends one JSON object per step to metrics.jsonl (and TensorBoard when available)."""
+    """Appends one JSON object per step to metrics.jsonl, and hands each step to the run's
+    experiment trackers (`run.report_to`)."""
 
-    def __init__(self, run_dir: Path, *, start_step: int, tensorboard: bool) -> None:
+    def __init__(self, run_dir: Path, *, start_step: int, trackers: Trackers | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self._truncate_from(start_step)
         self._file = self.path.open("a")
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-            except (ImportError, ModuleNotFoundError):
-                self._tb = None
+        self.trackers = trackers
 
     def _truncate_from(self, step: int) -> None:
         """On resume from a checkpoint taken after `step` steps, drop the records of later steps
@@ -144,15 +141,19 @@ class MetricsLog:
         record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._tb is not None:
-            for key, value in metrics.items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
+        if self.trackers is not None:
+            self.trackers.log(step, metrics)
 
-    def close(self) -> None:
+    def artifact(self, path: Path, step: int) -> None:
+        """A file (a PNG of the run's curves) for the trackers that keep files."""
+        if self.trackers is not None:
+            self.trackers.artifact(path, step)
+
+    def close(self, ok: bool = True) -> None:
+        """`ok`: the run ended normally (trackers mark a run that did not as failed)."""
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        if self.trackers is not None:
+            self.trackers.close(ok=ok)
 
 
 def write_summary(

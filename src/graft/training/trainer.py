@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graft.backends import Backend, make_backend, policy_specs
-from graft.config import Config, ConfigError, Plan, make_plan
+from graft.config import Config, ConfigError, Plan, make_plan, to_dict
 from graft.errors import DataError, RunStopped
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
@@ -25,6 +25,7 @@ from graft.preflight import check_store
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, move_aside, policy_prefix, read_metrics, write_summary
 from graft.rundir.book import RunBook, where_it_stands
+from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, prompt_batch
 from graft.tasks.golds import check_golds, require_golds, usable_problems
@@ -53,6 +54,7 @@ class Trainer:
         self.run_dir = Path(cfg.run.out_dir)
         if cfg.store.enabled:  # before any model loads or any file is written
             check_store(cfg.store.path or str(self.run_dir / "trajectories"))
+        check_trackers(cfg.run.report_to)
         self.plan: Plan = make_plan(cfg)
         self.task: Task = build_task(cfg.task)
         self.train_problems = self.task.train_problems()
@@ -267,7 +269,11 @@ class Trainer:
         if cfg.store.enabled:
             self.recorder = Recorder(cfg, run_dir, verifier=self.verifier, policies=workers)
             self.recorder.rollback(start)
-        log = MetricsLog(run_dir, start_step=start, tensorboard=cfg.run.tensorboard)
+        report_to, project = cfg.run.report_to, cfg.run.project
+        trackers = open_trackers(
+            report_to, run_dir, project=project, config=to_dict(cfg), start_step=start
+        )
+        log = MetricsLog(run_dir, start_step=start, trackers=trackers)
         signal = SignalLog(
             self.prefix,
             groups=self.plan.prompts_per_step,
@@ -275,7 +281,7 @@ class Trainer:
             warn_after=cfg.run.no_signal_after,
         )
         last: dict[str, float] = {}
-        step = start
+        step, ok = start, False
         try:
             if start == 0 and self._eval_due(0):
                 last = self.evaluate(0)
@@ -300,13 +306,19 @@ class Trainer:
                 if done == cfg.run.steps or (every > 0 and done % every == 0):
                     book.save(done, flush=self._flush_store)
             self._flush_store()
+            if cfg.run.report_to:  # the run's curves, as `graft plot` draws them
+                from graft.eval.report import plot_runs
+
+                plot_runs([run_dir], run_dir / "curves.png")
+                log.artifact(run_dir / "curves.png", cfg.run.steps)
+            ok = True
         except KeyboardInterrupt:  # Ctrl-C: one line that says where the run stands
             raise KeyboardInterrupt(
                 f"interrupted at step {step + 1} of {cfg.run.steps}; "
                 f"{where_it_stands(run_dir)}; resume with graft train --resume {run_dir}"
             ) from None
         finally:
-            log.close()
+            log.close(ok=ok)
         shares = run_summary(read_metrics(run_dir), self.prefix, groups=self.plan.prompts_per_step)
         write_summary(run_dir, {**last, **shares}, best=book.best)
         return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
