@@ -4,6 +4,7 @@ fully trained peer co-train alike in every backend, the merged export is a plain
 model with the adapter model's log-probs, and bad LoRA settings end in one line."""
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -345,3 +346,91 @@ def test_lora_keys_set_while_r_is_zero_end_in_one_line(setting, key):
     assert cfg.models[0].lora.target_modules == "all-linear"
     with pytest.raises(ConfigError, match=r"models\.0\.lora\.target_modules: not a regular"):
         load_config(Config, str(GRPO), ["models.0.lora.r=4", "models.0.lora.target_modules=(q"])
+
+
+def test_a_run_from_an_adapter_matches_a_single_longer_runs_first_steps(tmp_path, capsys):
+    """models.N.adapter: the run trains on from the adapter's weights, with its settings."""
+    sets = [*SMALL, "run.save_every=1", "run.keep_checkpoints=5"]
+    lora = [*LORA, "models.0.lora.dropout=0.1"]
+    straight, start = tmp_path / "straight", tmp_path / "start"
+    _train(GRPO, straight, *sets, *lora, "run.steps=3")
+    # The adapter the straight run started from, as graft's own policy builds and saves it.
+    from graft.backends import policy_specs
+    from graft.config import Config, load_config
+    from graft.training.policy import Policy
+
+    cfg = load_config(Config, str(GRPO), [*sets, *lora])
+    initial = start / "llama"
+    Policy(policy_specs(cfg)[0]).save(initial)
+
+    cont = tmp_path / "continued"
+    _train(
+        GRPO, cont, *sets, "models.0.optim.lr=3e-4", f"models.0.adapter={initial}", "run.steps=2"
+    )
+    _same_metrics_upto(straight, cont, 2)
+    for step in (1, 2):
+        name = f"checkpoints/step_{step:06d}/llama/adapter_model.safetensors"
+        _same_tensors(straight / name, cont / name, exact=True)
+    saved = json.loads((cont / "checkpoints/step_000002/llama/adapter_config.json").read_text())
+    assert (saved["r"], saved["lora_dropout"]) == (8, 0.1)  # the adapter's own settings
+
+    # A trained adapter (B != 0) loads exactly: the policy built on it saves it back unchanged.
+    trained = straight / "checkpoints" / "step_000003" / "llama"
+    cfg = load_config(Config, str(GRPO), [*sets, f"models.0.adapter={trained}"])
+    Policy(policy_specs(cfg)[0]).save(tmp_path / "again")
+    _same_tensors(
+        trained / "adapter_model.safetensors",
+        tmp_path / "again" / "adapter_model.safetensors",
+        exact=True,
+    )
+
+    bad = [
+        (["models.0.lora.r=4"], r"models\.0\.lora\.r: set together with models\.0\.adapter"),
+        ([f"models.0.adapter={tmp_path}"], r"models\.0\.adapter .*: not a PEFT adapter folder"),
+        (["models.0.path=tiny:qwen2-bpe-add"], r"trained on the base tiny:llama-char-add, whose"),
+    ]
+    for extra, message in bad:
+        argv = ["train", str(GRPO), "--out", str(tmp_path / "bad")]
+        for s in [*sets, f"models.0.adapter={trained}", *extra]:
+            argv += ["--set", s]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and re.search(message, err[0]), err
+
+
+def _same_metrics_upto(a: Path, b: Path, steps: int) -> None:
+    ra = [r for r in read_metrics(a) if r["step"] <= steps]
+    rb = read_metrics(b)
+    assert [r["step"] for r in rb] == list(range(1, steps + 1)) == [r["step"] for r in ra]
+    for x, y in zip(ra, rb):
+        for key in x:
+            if "time" not in key and key != "tokens_per_s":
+                assert x[key] == y[key], key
+
+
+def test_an_adapter_saved_by_peft_itself_trains_on_with_its_own_settings(tmp_path):
+    import peft
+    from transformers import AutoModelForCausalLM
+
+    from graft.config import Config, load_config
+    from graft.models.load import plain_base_path
+
+    base = plain_base_path(load_config(Config, str(GRPO), []).models[0], cache_dir=None)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    torch.manual_seed(0)
+    config = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        peft.get_peft_model(model, config).save_pretrained(tmp_path / "theirs")
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match="its adapter_config.json names the base"):
+        _train(GRPO, run, *SMALL, LORA[1], f"models.0.adapter={tmp_path / 'theirs'}", "run.steps=1")
+    ckpt = run / "checkpoints" / "step_000001" / "llama"
+    saved = json.loads((ckpt / "adapter_config.json").read_text())
+    assert saved["r"] == 4 and saved["lora_alpha"] == 8
+    assert all(name.endswith(("q_proj", "v_proj")) for name in saved["target_modules"])
+    before = load_file(str(tmp_path / "theirs" / "adapter_model.safetensors"))
+    after = load_file(str(ckpt / "adapter_model.safetensors"))
+    assert before.keys() == after.keys() and any(
+        not torch.equal(before[k], after[k]) for k in before
+    )

@@ -245,6 +245,19 @@ def _check_models(cfg: Config) -> None:
         _number(m.num_cpus, f"{key}.num_cpus", 0, MAX_THREADS, note=" (0: a share of run.threads)")
         _check_optim(m.optim, f"{key}.optim")
         _check_lora(m.lora, f"{key}.lora", engine=cfg.rollout.engine)
+        if m.adapter:
+            _check_path(m.adapter, f"{key}.adapter")
+            _check(
+                m.lora.r == 0,
+                f"{key}.lora.r",
+                f"set together with {key}.adapter, whose adapter_config.json gives the LoRA "
+                "settings; remove the lora block",
+            )
+            _check(
+                cfg.rollout.engine != "vllm",
+                f"{key}.adapter",
+                "LoRA adapters cannot be pushed into the vLLM engine; use rollout.engine=hf",
+            )
         _check_shards(cfg, m, f"{key}.shards")
 
 
@@ -255,7 +268,7 @@ def _check_shards(cfg: Config, m: ModelConfig, key: str) -> None:
     unsupported = [
         (cfg.run.backend != "inprocess", f"run.backend={cfg.run.backend}"),
         (cfg.rollout.engine != "vllm", f"rollout.engine={cfg.rollout.engine}"),
-        (m.lora.r == 0, "LoRA adapters"),
+        (m.lora.r == 0 and not m.adapter, "LoRA adapters"),
         (cfg.algo.kl_coef == 0, "a KL term (algo.kl_coef > 0)"),
         (m.dtype != "float16" and m.param_dtype == "float32", f"dtype {m.dtype}/{m.param_dtype}"),
     ]

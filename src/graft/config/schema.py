@@ -203,6 +203,11 @@ class ModelConfig:
     """This policy's optimizer."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """Train low-rank adapters instead of the whole model (off by default)."""
+    adapter: str = ""
+    """A LoRA adapter to train on: a PEFT adapter folder (adapter_config.json and
+    adapter_model.safetensors: a graft LoRA checkpoint, or one saved by peft or TRL) for the base
+    model `path`. Its own settings (r, alpha, dropout, target modules) apply, so `lora` stays
+    unset; the run starts from its weights with a fresh optimizer. Empty: none."""
     shards: int = 1
     """Ranks this policy's update runs on (PyTorch FSDP2: parameters, gradients and AdamW state
     split K ways; gloo on CPU, NCCL on GPU), in the worker-process backend (child processes; on

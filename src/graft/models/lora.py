@@ -139,23 +139,27 @@ def adapter_state(wrapped: Any) -> dict[str, torch.Tensor]:
     }
 
 
-def save_adapter(wrapped: Any, directory: Path, *, base: ModelConfig, base_path: str) -> None:
+def save_adapter(
+    wrapped: Any, directory: Path, *, base: ModelConfig, base_path: str, base_fingerprint: str = ""
+) -> None:
     """A standard PEFT adapter: adapter_model.safetensors + adapter_config.json, whose base is
     `base_path` (a name or path transformers resolves, so that
     `AutoPeftModelForCausalLM.from_pretrained(directory)` loads it), and graft_adapter.json with
-    the base as graft names it (`models.N.path`: a `tiny:` preset, a .gguf file, ...)."""
+    the base as graft names it (`models.N.path`: a `tiny:` preset, a .gguf file, ...) and the
+    hash of its weights."""
     directory.mkdir(parents=True, exist_ok=True)
     config = wrapped.peft_config["default"]
     config.base_model_name_or_path = base_path
     config.revision = (base.revision or None) if base_path == base.path else None
     save_file({k: v.cpu() for k, v in adapter_state(wrapped).items()}, directory / ADAPTER_WEIGHTS)
     config.save_pretrained(str(directory))
-    provenance = {"base": base.path, "revision": base.revision}
+    provenance = {"base": base.path, "revision": base.revision, "fingerprint": base_fingerprint}
     (directory / GRAFT_ADAPTER).write_text(json.dumps(provenance))
 
 
-def load_adapter(wrapped: Any, directory: Path) -> None:
-    """Load saved adapter weights into `wrapped` (same base model, same LoRA settings)."""
+def load_adapter(wrapped: Any, directory: Path, *, error: type[Exception] = RuntimeError) -> None:
+    """Load saved adapter weights into `wrapped` (same base model, same LoRA settings); a
+    mismatch raises `error`, naming the folder."""
     from peft.utils import set_peft_model_state_dict
 
     state = load_file(str(directory / ADAPTER_WEIGHTS))
@@ -164,11 +168,60 @@ def load_adapter(wrapped: Any, directory: Path) -> None:
     unexpected = sorted(set(state) - set(expected))
     shapes = [k for k in expected if k in state and state[k].shape != expected[k].shape]
     if missing or unexpected or shapes:
-        raise RuntimeError(
-            f"adapter in {directory} does not match the policy's LoRA settings: missing "
+        raise error(
+            f"adapter in {directory} does not fit this base model: missing "
             f"{missing[:3]}, unexpected {unexpected[:3]}, other shapes {shapes[:3]}"
         )
-    set_peft_model_state_dict(wrapped, state)
+    set_peft_model_state_dict(wrapped, {k: v.to(expected[k].dtype) for k, v in state.items()})
+
+
+UNSUPPORTED = {"use_dora": "DoRA", "use_rslora": "rsLoRA", "modules_to_save": "modules_to_save"}
+"""adapter_config.json settings graft's LoRA does not train."""
+
+
+def adapter_settings(path: Path, *, key: str) -> LoRAConfig:
+    """The LoRA settings of the PEFT adapter saved in `path` (`models.N.adapter`); an adapter
+    graft cannot continue training exactly as saved is refused in one line naming it."""
+    where = f"{key} {path}"
+    if not (path / ADAPTER_CONFIG).is_file() or not (path / ADAPTER_WEIGHTS).is_file():
+        raise LoRAError(
+            f"{where}: not a PEFT adapter folder (it holds {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS})"
+        )
+    try:
+        body = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        r, alpha = int(body["r"]), float(body.get("lora_alpha") or 0.0)
+        dropout = float(body.get("lora_dropout") or 0.0)
+    except (ValueError, KeyError, TypeError) as err:
+        raise LoRAError(f"{where}: unreadable {ADAPTER_CONFIG} ({err!r})") from None
+    if body.get("peft_type", "LORA") != "LORA":
+        raise LoRAError(f"{where}: a {body.get('peft_type')} adapter; graft trains LoRA adapters")
+    used = [what for name, what in UNSUPPORTED.items() if body.get(name)]
+    used += [f"bias={body['bias']}"] if body.get("bias", "none") != "none" else []
+    if used:
+        raise LoRAError(f"{where}: uses {', '.join(used)}, which graft's LoRA does not train")
+    targets = body.get("target_modules") or ()
+    targets = targets if isinstance(targets, str) else tuple(sorted(targets))
+    return LoRAConfig(r=r, alpha=alpha, dropout=dropout, target_modules=targets)
+
+
+def check_adapter_base(path: Path, *, model_path: str, fingerprint: str, key: str) -> None:
+    """The adapter in `path` was trained on this base: graft's own adapters record the hash of
+    their base's weights (a mismatch is refused); for another adapter, a base named differently
+    from `models.N.path` is a warning."""
+    name, _ = adapter_base(path)
+    ours = path / GRAFT_ADAPTER
+    recorded = json.loads(ours.read_text()).get("fingerprint") if ours.is_file() else None
+    if recorded and recorded != fingerprint:
+        raise LoRAError(
+            f"{key} {path}: trained on the base {name}, whose weights differ from those of "
+            f"{model_path}; set the model path to the adapter's base"
+        )
+    if not recorded and name != model_path:
+        warnings.warn(
+            f"{key} {path}: its adapter_config.json names the base {name}; it is trained on "
+            f"{model_path} as given",
+            stacklevel=2,
+        )
 
 
 def is_adapter_dir(path: Path) -> bool:

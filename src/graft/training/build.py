@@ -14,9 +14,19 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from graft.config import AlgoConfig, ConfigError, ModelConfig, RolloutConfig
+from graft.config.lib import expand_user
 from graft.models.common import model_fingerprint, state_fingerprint
 from graft.models.load import load_model_and_tokenizer
-from graft.models.lora import AdapterOff, LoRAError, adapter_state, apply_lora, lora_enabled
+from graft.models.lora import (
+    AdapterOff,
+    LoRAError,
+    adapter_settings,
+    adapter_state,
+    apply_lora,
+    check_adapter_base,
+    load_adapter,
+    lora_enabled,
+)
 from graft.seeds import derive_seed
 from graft.training.precision import Precision, low_precision_warning
 from graft.training.update import UpdateSettings
@@ -86,7 +96,7 @@ def build_parts(spec: PolicySpec) -> PolicyParts:
         warnings.warn(message, stacklevel=3)
     fingerprint = model_fingerprint(model)
     adapter = None
-    if lora_enabled(m.lora):
+    if lora_enabled(m.lora) or m.adapter:
         adapter, model, fingerprint = _add_adapter(spec, model, fingerprint)
     ref_model: torch.nn.Module | None = None
     if spec.algo.kl_coef > 0:
@@ -115,11 +125,21 @@ def build_parts(spec: PolicySpec) -> PolicyParts:
 
 
 def _add_adapter(spec: PolicySpec, model: PreTrainedModel, fingerprint: str):
-    """LoRA adapters on the model (seeded per run and policy): (the peft wrapper, the model with
-    the adapter layers injected, the revision `<base hash>+lora:<adapter hash>`)."""
+    """LoRA adapters on the model, seeded per run and policy, or those of `models.N.adapter`:
+    (the peft wrapper, the model with the adapter layers injected, the revision
+    `<base hash>+lora:<adapter hash>`)."""
     seed = derive_seed(spec.seed, spec.model.name, "lora")
+    key, lora = f"models.{spec.index}", spec.model.lora
     try:
-        adapter = apply_lora(model, spec.model.lora, key=f"models.{spec.index}.lora", seed=seed)
+        if spec.model.adapter:
+            path = Path(expand_user(spec.model.adapter, f"{key}.adapter"))
+            lora = adapter_settings(path, key=f"{key}.adapter")
+            check_adapter_base(
+                path, model_path=spec.model.path, fingerprint=fingerprint, key=f"{key}.adapter"
+            )
+        adapter = apply_lora(model, lora, key=f"{key}.lora", seed=seed)
+        if spec.model.adapter:
+            load_adapter(adapter, path, error=LoRAError)
     except LoRAError as err:
         raise ConfigError(str(err)) from None
     fingerprint += f"+lora:{state_fingerprint(adapter_state(adapter))}"

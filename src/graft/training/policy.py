@@ -202,7 +202,8 @@ class Policy:
     def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
         if self.spec.algo.recompute_old_logprobs:
             groups = self._recompute_old(groups)
-        dropout = self.adapter is not None and self.spec.model.lora.dropout > 0
+        # the adapter's own dropout: models.N.lora's, or that of the adapter models.N.adapter names
+        dropout = self.adapter is not None and self.adapter.peft_config["default"].lora_dropout > 0
         with adapter_dropout(self.model, seed) if dropout else contextlib.nullcontext():
             stats = train_on_batch(
                 self.model,
@@ -247,7 +248,14 @@ class Policy:
             if self._base_path is None:
                 cache = Path(self.spec.cache_dir) if self.spec.cache_dir else None
                 self._base_path = plain_base_path(self.spec.model, cache_dir=cache)
-            save_adapter(self.adapter, directory, base=self.spec.model, base_path=self._base_path)
+            base_hash = self.fingerprint.split("+lora:")[0]
+            save_adapter(
+                self.adapter,
+                directory,
+                base=self.spec.model,
+                base_path=self._base_path,
+                base_fingerprint=base_hash,
+            )
         else:
             self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
