@@ -217,6 +217,10 @@ def test_wandb_online_without_a_key_and_an_unreachable_mlflow_server_stop_before
     assert line.startswith("graft: error: run.report_to: wandb has no API key (run `wandb login`")
     assert "WANDB_MODE=offline" in line and not run_dir.exists()
 
+    demo = tmp_path / "demo"  # the demo checks its trackers before hours of training
+    assert main(["demo", "--quick", "--out", str(demo), "--report-to", "wandb"]) == 2
+    assert "wandb has no API key" in capsys.readouterr().err and not demo.exists()
+
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # the discard port: closed
     line = _one_line_error(
         capsys, ["--out", str(run_dir), *_sets([*SETS, "run.report_to=[mlflow]"])]
