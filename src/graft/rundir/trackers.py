@@ -149,15 +149,16 @@ class _TensorBoard:
 
         # purge_step drops the events of the steps a resume runs again
         purge = at.start_step + 1 if at.start_step else None
-        self.writer = SummaryWriter(str(at.run_dir / "tensorboard"), purge_step=purge)
+        self.writer = SummaryWriter(
+            str(at.run_dir / "tensorboard"), purge_step=purge, flush_secs=10
+        )
         text = "\n".join(f"    {k}: {v}" for k, v in at.params.items())
         self.writer.add_text("config", text, at.start_step)
         self.state: dict[str, Any] = {}
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        for key, value in metrics.items():
+        for key, value in metrics.items():  # written by the writer's thread, every 10 s
             self.writer.add_scalar(key, value, step)
-        self.writer.flush()
 
     def artifact(self, path: Path, step: int) -> None:
         if path.suffix == ".png":
@@ -209,6 +210,7 @@ class _MLflow:
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient()
+        self.pending: list[Any] = []
         self.state = {"run_id": state.get("run_id"), "tracking_uri": self.client.tracking_uri}
         if self.state["run_id"]:
             run = self.client.get_run(self.state["run_id"])
@@ -236,13 +238,19 @@ class _MLflow:
 
         now = int(time.time() * 1000)
         items = [Metric(mlflow_key(k), v, now, step) for k, v in metrics.items()]
-        for at in range(0, len(items), 1000):
-            self.client.log_batch(self.state["run_id"], metrics=items[at : at + 1000])
+        for at in range(0, len(items), 1000):  # queued: MLflow writes on its own thread
+            batch = items[at : at + 1000]
+            self.pending.append(
+                self.client.log_batch(self.state["run_id"], metrics=batch, synchronous=False)
+            )
 
     def artifact(self, path: Path, step: int) -> None:
         self.client.log_artifact(self.state["run_id"], str(path))
 
     def close(self, ok: bool) -> None:
+        for operation in self.pending:  # every queued step is written before the run ends
+            operation.wait()
+        self.pending = []
         self.client.set_terminated(self.state["run_id"], "FINISHED" if ok else "FAILED")
 
 
