@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import statistics
@@ -46,3 +47,12 @@ def emit(name: str, rows: Sequence[tuple[str, str]], result: dict) -> None:
         print(f"  {key:<{width}}  {value}")
     print("BENCH " + json.dumps({"benchmark": name, **result}, sort_keys=True))
     sys.stdout.flush()
+
+
+def step_arguments(doc: str, *, config: str, steps: int) -> argparse.Namespace:
+    """--config, --steps and --warmup (3): the command line of a benchmark that times steps."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--config", default=config)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--warmup", type=int, default=3)
+    return parser.parse_args()

@@ -18,13 +18,12 @@ transfers happen on most steps in both directions.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from common import emit, peak_rss_mib, process_peak_rss_mib, summary
+from common import emit, peak_rss_mib, process_peak_rss_mib, step_arguments, summary
 
 from graft.config import Config, load_config
 from graft.training.trainer import Trainer
@@ -58,11 +57,7 @@ def _phase(result: tuple[dict[str, float], float], key: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/graft_mul.yaml")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = step_arguments(__doc__, config="configs/graft_mul.yaml", steps=20)
     base = ["eval.every=0", "run.progress=false", "store.enabled=false"]
     graft = Trainer(load_config(Config, args.config, [*base, "exchange.enabled=true"]))
     grpo = Trainer(load_config(Config, args.config, [*base, "exchange.enabled=false"]))

@@ -9,22 +9,17 @@ the other, each using both cores). Steps alternate between the two so machine no
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
-from common import emit, peak_rss_mib, process_peak_rss_mib, summary
+from common import emit, peak_rss_mib, process_peak_rss_mib, step_arguments, summary
 
 from graft.config import Config, load_config
 from graft.training.trainer import Trainer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/graft_tiny.yaml")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = step_arguments(__doc__, config="configs/graft_tiny.yaml", steps=20)
     cores = os.cpu_count() or 1
     base = ["eval.every=0", "run.progress=false", "store.enabled=false"]
     parallel_cfg = load_config(

@@ -11,7 +11,6 @@ and a plain Parquet read without verification.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import tempfile
 import time
@@ -20,7 +19,7 @@ from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from common import emit, peak_rss_mib, summary
+from common import emit, peak_rss_mib, step_arguments, summary
 
 from graft.config import Config, load_config
 from graft.store import TrajectoryStore
@@ -29,11 +28,7 @@ from graft.training.trainer import Trainer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/grpo_tiny.yaml")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = step_arguments(__doc__, config="configs/grpo_tiny.yaml", steps=30)
     cfg = load_config(Config, args.config, ["eval.every=0", "run.progress=false"])
     with tempfile.TemporaryDirectory() as tmp:
         plain, recorded = Trainer(cfg), Trainer(cfg)

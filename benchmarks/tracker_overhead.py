@@ -11,13 +11,12 @@ share of the median step. Needs the `trackers` extra (`make test-trackers` insta
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
 from pathlib import Path
 
-from common import emit, summary
+from common import emit, step_arguments, summary
 
 from graft.config import Config, load_config, to_dict
 from graft.rundir.trackers import TRACKERS, open_trackers
@@ -25,11 +24,7 @@ from graft.training.trainer import Trainer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/grpo_tiny.yaml")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
+    args = step_arguments(__doc__, config="configs/grpo_tiny.yaml", steps=30)
     cfg = load_config(Config, args.config, ["eval.every=0", "run.progress=false"])
     trainer = Trainer(cfg)
     records, step_times = [], []
