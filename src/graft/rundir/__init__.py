@@ -19,6 +19,8 @@ place. A resume proves every file of the newest checkpoint against its manifest 
 the newest intact one, naming what is damaged: a checkpoint without a manifest (from a graft
 before manifests, or tampered with), with a file missing, changed or not listed, is damaged.
 
+`trackers` hands each step's metrics to the experiment trackers `run.report_to` names.
+
 A directory that holds a run is never reused implicitly: a new run there needs `--overwrite`,
 which moves the old run aside (`RUN_DIR.old-N`) rather than deleting it.
 """
