@@ -288,3 +288,14 @@ def _one_line_error_of(argv, capsys) -> str:
     with pytest.raises(SystemExit):
         main(argv)
     return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_an_unreadable_trackers_json_is_named_and_left_as_it_is(tmp_path):
+    from graft.errors import DataError
+    from graft.rundir.trackers import open_trackers
+
+    for text in ("{bad", '["wandb"]'):
+        (tmp_path / "trackers.json").write_text(text)
+        with pytest.raises(DataError, match=r"trackers\.json: .*remove it to start"):
+            open_trackers(("tensorboard",), tmp_path, project="p", config={})
+        assert (tmp_path / "trackers.json").read_text() == text

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from graft.config.lib import ConfigError
+from graft.errors import DataError
 from graft.rundir.files import _warn
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")
@@ -344,7 +345,7 @@ def open_trackers(
     one RUN_DIR/`state_file` names (a resume). A tracker that fails to start ends the command in
     one line."""
     path = run_dir / state_file
-    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved = _saved_runs(path) if names and path.exists() else {}
     at = _Where(run_dir, project, name or run_dir.name, config, flat_params(config), start_step)
     opened: dict[str, Tracker] = {}
     try:
@@ -365,6 +366,21 @@ def open_trackers(
         tmp.write_text(json.dumps(saved, indent=2, sort_keys=True))
         os.replace(tmp, path)
     return Trackers(run_dir, opened)
+
+
+def _saved_runs(path: Path) -> dict[str, dict]:
+    """trackers.json: tracker name -> what reopens its run; anything else is an error naming it."""
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # UnicodeDecodeError included
+        raise DataError(
+            f"{path}: unreadable ({err}); remove it to start new tracker runs"
+        ) from None
+    if not isinstance(body, dict) or not all(isinstance(v, dict) for v in body.values()):
+        raise DataError(
+            f"{path}: not a mapping of tracker name to its run; remove it to start anew"
+        )
+    return body
 
 
 @dataclass(frozen=True)
