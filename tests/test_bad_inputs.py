@@ -178,6 +178,12 @@ VALUES = [
     value_case("eval-max-new-tokens-negative", "eval.max_new_tokens=-1"),
     value_case("eval-samples-huge", f"eval.samples={2**40}"),
     value_case("eval-without-suites", "eval.every=1", "eval.suites=[]"),
+    value_case("zero-contrast-unknown-mode", "models.0.zero_contrast.mode=dynamic"),
+    value_case("resample-zero-rounds", "models.0.zero_contrast.max_rounds=0"),
+    value_case("resample-negative-rounds", "models.0.zero_contrast.max_rounds=-2"),
+    value_case("resample-zero-responses", "models.0.zero_contrast.max_responses=0"),
+    value_case("resample-negative-responses", "models.0.zero_contrast.max_responses=-8"),
+    value_case("resample-responses-below-a-group", "models.0.zero_contrast.max_responses=1"),
     value_case(
         "math-limit-negative", MATH, f"task.math.train={F}/nocolumn.jsonl", "task.math.limit=-1"
     ),

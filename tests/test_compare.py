@@ -3,6 +3,7 @@
 import json
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -21,6 +22,7 @@ from graft.evidence.stats import (
 )
 
 SKILLS = ("mul:3,1:2-5", "mul:3,1:6-9")
+RESAMPLE = "models.0.zero_contrast.mode=resample"
 
 
 def test_t_quantiles_match_the_printed_table():
@@ -114,7 +116,9 @@ def test_compare_units_pairs_by_seed_and_computes_each_point():
     assert m["step_20"]["low"] == pytest.approx(paired_interval(final).low)
 
 
-def _write_run(path, overrides, steps=(0, 5, 10), accs=None, policies=("llama",), seed=0):
+def _write_run(
+    path, overrides, steps=(0, 5, 10), accs=None, policies=("llama",), seed=0, cost_per_step=None
+):
     cfg = load_config(Config, "configs/grpo_tiny.yaml", [*overrides, f"run.seed={seed}"])
     if len(policies) > 1:
         entries = ", ".join(f"{{name: {p}, path: 'tiny:llama-char-add'}}" for p in policies)
@@ -132,6 +136,10 @@ def _write_run(path, overrides, steps=(0, 5, 10), accs=None, policies=("llama",)
             for skill in SKILLS:
                 record[f"{prefix}eval/test/{skill}/avg@2"] = acc
             record[f"{prefix}reward/mean"] = acc
+        if cost_per_step and step:  # run totals, as the trainer logs them
+            record["cost/cum/gen_tokens"] = cost_per_step * step
+            record["cost/cum/flops"] = 1e6 * cost_per_step * step
+            record["cost/cum/responses"] = cost_per_step * step / 4
         lines.append(json.dumps(record))
     (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
@@ -330,3 +338,71 @@ def test_primary_endpoints_from_the_runs_and_bad_ones_refused(tmp_path, capsys):
     )
     line = _one_line_error(capsys, ["compare", str(tmp_path), "--primary", "test avg@9"])
     assert "'eval/test/avg@9' names no compared metric" in line
+
+
+def test_compare_at_equal_compute_reads_known_curves_at_common_points(tmp_path, capsys):
+    """GRPO spends 100 generated tokens a step, resampling 200; both are evaluated at steps 0,
+    10 and 20. GRPO's accuracy is 0.1 + 1e-4 per token (0.1, 0.2, 0.3); the other method's is
+    0.1 + 1.5e-4 per token plus 0.01 x seed after step 0 (0.1, 0.4, 0.7 at seed 0). On steps it
+    leads by 0.4 + 0.01 s at the end. At equal tokens the common points are 0, 1000 and 2000
+    (GRPO's last evaluation bounds them: never extrapolated): at 2000 it is its own step-10
+    value, 0.4 + 0.01 s against 0.3; at 1000, halfway between its step 0 and step 10 values,
+    0.25 + 0.005 s against 0.2."""
+    for seed in range(3):
+        _write_run(
+            tmp_path / f"grpo_{seed}",
+            ["exchange.enabled=false", "eval.every=10", "run.label=GRPO"],
+            steps=(0, 10, 20),
+            accs={"llama": [0.1, 0.2, 0.3]},
+            seed=seed,
+            cost_per_step=100,
+        )
+        _write_run(
+            tmp_path / f"ds_{seed}",
+            ["exchange.enabled=false", "eval.every=10", "run.label=DS", RESAMPLE],
+            steps=(0, 10, 20),
+            accs={"llama": [0.1, 0.4 + 0.01 * seed, 0.7 + 0.01 * seed]},
+            seed=seed,
+            cost_per_step=200,
+        )
+    on_steps = compare_runs([tmp_path], baseline="GRPO")
+    final = on_steps["policies"]["llama"]["vs_baseline"]["DS"]["metrics"]["eval/test/avg@2"]
+    assert final["step_20"]["mean"] == pytest.approx(0.41)
+    out = tmp_path / "out"
+    argv = ["compare", str(tmp_path), "--baseline", "GRPO", "--compute", "gen_tokens"]
+    assert main([*argv, "--out", str(out)]) == 0
+    body = json.loads((out / "compare.json").read_text())
+    policy = body["policies"]["llama"]
+    assert policy["axis"]["points"] == [0.0, 1000.0, 2000.0]
+    m = policy["vs_baseline"]["DS"]["metrics"]["eval/test/avg@2"]
+    assert m["at_2"]["mean"] == pytest.approx(0.11) and m["at_0"]["mean"] == pytest.approx(0.0)
+    assert m["at_1"]["mean"] == pytest.approx(0.055)
+    assert m["curve_mean"]["mean"] == pytest.approx((0.055 + 0.11) / 2)
+    assert m["at_2"]["low"] == pytest.approx(paired_interval([0.1, 0.11, 0.12]).low)
+    ds = policy["methods"]["DS"]
+    assert ds["points"]["eval/test/avg@2"]["at_1"]["mean"] == pytest.approx(0.255)
+    assert ds["cost"]["gen_tokens"]["mean"] == 4000 and ds["cost"]["steps"]["mean"] == 20
+    text = (out / "compare.md").read_text()
+    assert "### test avg@2 at equal generated tokens" in text and "| 1k | 2k |" in text
+    assert "| DS | 20 | 1k | 4k | - | - | 4G | 2.00x | - / - / - |" in text
+    assert "| GRPO | 20 | 500 | 2k | - | - | 2G | 1.00x |" in text
+    # A run from before compute was counted: one line, naming it
+    _write_run(tmp_path / "old", ["eval.every=10", "run.label=old"], steps=(0, 10, 20))
+    line = _one_line_error(capsys, [*argv, "--out", str(out)])
+    assert "old" in line and "cost/cum/gen_tokens" in line and "leave out --compute" in line
+
+
+def test_a_compute_grid_ends_where_the_shortest_run_ends():
+    from graft.evidence.compute_axis import compute_grid, interpolate, on_grid
+
+    a = replace(
+        _unit("grpo", 0, [0.1, 0.2, 0.3]), compute={10: {"flops": 10.0}, 20: {"flops": 20.0}}
+    )
+    b = replace(_unit("ds", 0, [0.1, 0.5, 0.6]), compute={10: {"flops": 15.0}, 20: {"flops": 15.5}})
+    grid = compute_grid([a, b], "flops")
+    assert grid == [0.0, 7.75, 15.5]
+    assert on_grid(a, grid, "flops").curves["eval/test/avg@4"] == pytest.approx(
+        {0: 0.1, 1: 0.1775, 2: 0.255}
+    )
+    with pytest.raises(ValueError, match="outside"):
+        interpolate([(0.0, 0.1), (10.0, 0.2)], 10.5)

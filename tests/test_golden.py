@@ -105,6 +105,23 @@ def golden_mode() -> str:
     return mode
 
 
+ADDED = (
+    "cost/",
+    "contrast/",
+    "m/llama/cost/",
+    "m/qwen/cost/",
+    "m/llama/contrast/",
+    "m/qwen/contrast/",
+)
+"""Metrics added after the records were taken, without changing what the records hold: the
+cost counts (tests/test_cost.py) and the share of each batch with reward contrast
+(tests/test_contrast.py)."""
+
+
+def _timing(key: str) -> bool:
+    return "time/" in key or key == "tokens_per_s"
+
+
 def run_recorded(cfg: Config, run_dir: Path) -> dict:
     trainer = Trainer(cfg)
     batches: list[dict] = []
@@ -120,7 +137,7 @@ def run_recorded(cfg: Config, run_dir: Path) -> dict:
     finally:
         trainer.close()
     metrics = [
-        {k: v for k, v in r.items() if "time/" not in k and k != "tokens_per_s"}
+        {k: v for k, v in r.items() if not k.startswith(ADDED) and not _timing(k)}
         for r in read_metrics(run_dir)
     ]
     names = [m.name for m in cfg.models]

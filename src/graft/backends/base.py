@@ -1,9 +1,10 @@
 """The backend interface and its one implementation, over batches of per-policy calls.
 
-Every backend method (generate, import_responses, train, describe, save, load) becomes one call
-`(method, args, kwargs)` per named policy, handed to `_call` as a batch. The transports (policies in
-this process, worker processes, Ray actors) differ only in how `_call` carries out the batch and
-takes the answers. Only plain data crosses: graft's records (`graft.types`), strings and numbers.
+Every backend method (generate, import_responses, train, usage, describe, save, load) becomes one
+call `(method, args, kwargs)` per named policy, handed to `_call` as a batch. The transports
+(policies in this process, worker processes, Ray actors) differ only in how `_call` carries out the
+batch and takes the answers. Only plain data crosses: graft's records (`graft.types`), strings and
+numbers.
 """
 
 from __future__ import annotations
@@ -162,6 +163,10 @@ class Backend(ABC):
         """One update of each named policy on its batch; its training stats."""
         calls = {name: ("train", (list(b),), {"seed": seeds[name]}) for name, b in batches.items()}
         return self._call(calls, keep)
+
+    def usage(self) -> dict[str, dict[str, float]]:
+        """Each policy's `Policy.usage`: what it has cost since it started (graft.training.cost)."""
+        return self._call({name: ("usage", (), {}) for name in self.names}, keep)
 
     def describe(self) -> dict[str, dict[str, str]]:
         """Each policy's provenance (`Policy.describe`)."""

@@ -27,6 +27,7 @@ from graft.config.schema import (
     StoreConfig,
     TaskConfig,
     VerifyConfig,
+    ZeroContrastConfig,
 )
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "StoreConfig",
     "TaskConfig",
     "VerifyConfig",
+    "ZeroContrastConfig",
     "load_config",
     "make_plan",
     "to_dict",

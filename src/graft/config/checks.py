@@ -259,6 +259,21 @@ def _check_models(cfg: Config) -> None:
                 "LoRA adapters cannot be pushed into the vLLM engine; use rollout.engine=hf",
             )
         _check_shards(cfg, m, f"{key}.shards")
+        _check_zero_contrast(cfg, m, f"{key}.zero_contrast")
+
+
+def _check_zero_contrast(cfg: Config, m: ModelConfig, key: str) -> None:
+    """A resampling budget that can buy something: at least one round, and room for one group."""
+    z = m.zero_contrast
+    _count(z.max_rounds, f"{key}.max_rounds", 1, MAX_EPOCHS, note=" (extra rounds per step)")
+    if z.max_responses is not None:
+        n = cfg.rollout.group_size
+        _count(
+            z.max_responses,
+            f"{key}.max_responses",
+            n,
+            note=f" (one group of rollout.group_size={n}; null: no bound beyond max_rounds)",
+        )
 
 
 def _check_shards(cfg: Config, m: ModelConfig, key: str) -> None:

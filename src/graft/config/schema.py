@@ -170,6 +170,23 @@ class LoRAConfig:
 
 
 @dataclass(frozen=True)
+class ZeroContrastConfig:
+    mode: Literal["keep", "drop", "resample"] = "keep"
+    """What happens to a group whose rewards are all equal (all-pass, or all-fail and not replaced
+    by a peer's group), decided after the exchange. `keep`: it stays with advantage 0 and its
+    tokens count in the token-mean denominator (GRPO, the paper); `drop`: it leaves the loss and
+    the denominator; `resample` (DAPO's dynamic sampling): dropped, and this policy samples
+    further prompts alone, each round as many as its batch still misses, keeping the groups with
+    contrast until the step holds `rollout.prompts_per_step` of them or the budget is spent (then
+    it trains on what it has and reports the fill fraction)."""
+    max_rounds: int = 4
+    """`resample`: extra sampling rounds per step at most (at least 1)."""
+    max_responses: int | None = None
+    """`resample`: extra responses per step at most (at least rollout.group_size; the last round
+    is cut to the prompts that fit); null: only `max_rounds` bounds them."""
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str = "policy"
     """Short name; metrics of this policy are logged under `m/<name>/...` when several train."""
@@ -208,6 +225,8 @@ class ModelConfig:
     adapter_model.safetensors: a graft LoRA checkpoint, or one saved by peft or TRL) for the base
     model `path`. Its own settings (r, alpha, dropout, target modules) apply, so `lora` stays
     unset; the run starts from its weights with a fresh optimizer. Empty: none."""
+    zero_contrast: ZeroContrastConfig = field(default_factory=ZeroContrastConfig)
+    """What happens to this policy's groups without reward contrast: keep, drop or resample."""
     shards: int = 1
     """Ranks this policy's update runs on (PyTorch FSDP2: parameters, gradients and AdamW state
     split K ways; gloo on CPU, NCCL on GPU), in the worker-process backend (child processes; on

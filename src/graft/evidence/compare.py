@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from graft.errors import DataError
+from graft.evidence.compute_axis import AXES, COST_KEYS, run_compute, to_compute_axis
 from graft.evidence.endpoints import CURVE_MEAN, apply_holm, parse_endpoint, run_primary
 from graft.evidence.regime import direction_totals, regime_reports
 from graft.evidence.stats import paired_interval
@@ -78,6 +79,8 @@ class Unit:
     """Step -> exchange diagnostics of the directions INTO this policy (`<source>-><me>/<key>`)."""
     primary: tuple[str, ...] = ()
     """The run's `eval.primary` endpoints."""
+    compute: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """Step -> what the whole run had spent by then (`cost/cum/<key>`, all its policies)."""
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
@@ -149,6 +152,7 @@ def load_units(run_dir: Path) -> list[Unit]:
                 reward=_series(records, f"{prefix}reward/mean"),
                 exchange=direction_totals(records, receiver=name),
                 primary=tuple(cfg.get("eval", {}).get("primary") or ()),
+                compute=run_compute(records),
             )
         )
     return units
@@ -240,8 +244,10 @@ def _check_comparable(units: Sequence[Unit]) -> None:
         raise DataError(f"{first.run_dir}: no evaluation in metrics.jsonl (set eval.every > 0)")
 
 
-def _points(curve: Mapping[int, float]) -> dict[str, float]:
-    out = {f"step_{s}": v for s, v in sorted(curve.items())}
+def _points(curve: Mapping[int, float], prefix: str = "step_") -> dict[str, float]:
+    """A curve's points by name (`step_<step>`, or `at_<j>` on a compute axis), and the mean over
+    the points after the first."""
+    out = {f"{prefix}{s}": v for s, v in sorted(curve.items())}
     after = [v for s, v in curve.items() if s > 0]
     if after:
         out[CURVE_MEAN] = statistics.fmean(after)
@@ -249,13 +255,21 @@ def _points(curve: Mapping[int, float]) -> dict[str, float]:
 
 
 def compare_units(
-    units: Sequence[Unit], *, baseline: str | None = None, primary: Sequence[str] | None = None
+    units: Sequence[Unit],
+    *,
+    baseline: str | None = None,
+    primary: Sequence[str] | None = None,
+    compute: str = "steps",
 ) -> dict[str, Any]:
-    """Per policy: methods, their mean curves with bands, and paired differences vs baseline;
-    the `primary` endpoints (default: the runs' `eval.primary`) under Holm's correction, every
-    other cell exploratory (graft.evidence.endpoints)."""
+    """Per policy: methods, their mean curves with bands, their cost, and paired differences vs
+    baseline; the `primary` endpoints (default: the runs' `eval.primary`) under Holm's
+    correction, every other cell exploratory (graft.evidence.endpoints). `compute`: the axis the
+    curves are read on, `steps` or a compute count (graft.evidence.compute_axis)."""
     if not units:
         raise DataError("no runs to compare")
+    grids: dict[str, list[float]] = {}
+    if compute != "steps":
+        units, grids = to_compute_axis(units, compute)
     for policy in sorted({u.policy for u in units}):
         _check_comparable([u for u in units if u.policy == policy])
     labels = {
@@ -281,8 +295,11 @@ def compare_units(
             + ", ".join(repr(x) for x in all_labels)
         )
     out: dict[str, Any] = {"baseline": base, "methods": all_labels, "policies": {}}
+    out["axis"] = {"name": compute, "label": AXES.get(compute, "step")}
     for policy, methods in sorted(by_policy.items()):
-        out["policies"][policy] = _policy_report(methods, base)
+        out["policies"][policy] = _policy_report(methods, base, at="at_" if grids else "step_")
+        if grids:
+            out["policies"][policy]["axis"] = {**out["axis"], "points": grids[policy]}
     specs = run_primary(units) if primary is None else tuple(primary)
     apply_holm(out, [e for spec in specs for e in parse_endpoint(spec)])
     return out
@@ -305,7 +322,9 @@ def _default_baseline(units: Sequence[Unit], labels: Mapping[tuple[str, str], st
     return off[0]
 
 
-def _policy_report(methods: Mapping[str, Mapping[int, Unit]], base: str) -> dict[str, Any]:
+def _policy_report(
+    methods: Mapping[str, Mapping[int, Unit]], base: str, *, at: str = "step_"
+) -> dict[str, Any]:
     report: dict[str, Any] = {"methods": {}, "vs_baseline": {}, "unpaired": {}}
     for label, seeds in sorted(methods.items()):
         us = [seeds[s] for s in sorted(seeds)]
@@ -315,11 +334,12 @@ def _policy_report(methods: Mapping[str, Mapping[int, Unit]], base: str) -> dict
             "seeds": sorted(seeds),
             "points": {
                 m: {
-                    p: _band([_points(u.curves[m])[p] for u in us])
-                    for p in _points(us[0].curves[m])
+                    p: _band([_points(u.curves[m], at)[p] for u in us])
+                    for p in _points(us[0].curves[m], at)
                 }
                 for m in metrics
             },
+            "cost": _cost(us),
             "reward": {
                 str(step): statistics.fmean(u.reward[step] for u in us)
                 for step in sorted(set.intersection(*(set(u.reward) for u in us)))
@@ -350,13 +370,24 @@ def _policy_report(methods: Mapping[str, Mapping[int, Unit]], base: str) -> dict
             "differences": {},  # per metric and point, per seed in the order of "seeds"
         }
         for m in sorted(seeds[paired[0]].curves):
-            mine = [_points(seeds[s].curves[m]) for s in paired]
-            theirs = [_points(methods[base][s].curves[m]) for s in paired]
+            mine = [_points(seeds[s].curves[m], at) for s in paired]
+            theirs = [_points(methods[base][s].curves[m], at) for s in paired]
             diffs = {p: [a[p] - b[p] for a, b in zip(mine, theirs)] for p in mine[0]}
             entry["metrics"][m] = {p: paired_interval(d).to_dict() for p, d in diffs.items()}
             entry["differences"][m] = diffs
         report["vs_baseline"][label] = entry
     return report
+
+
+def _cost(units: Sequence[Unit]) -> dict[str, Any]:
+    """What one method's runs cost in all, over its seeds (run totals at each run's last step,
+    and the steps); empty when a run did not count it."""
+    if not all(u.compute for u in units):
+        return {}
+    last = [u.compute[max(u.compute)] for u in units]
+    out = {k: _band([c[k] for c in last]) for k in COST_KEYS if all(k in c for c in last)}
+    out["steps"] = _band([float(max(u.compute)) for u in units])
+    return out
 
 
 def _band(values: Sequence[float]) -> dict[str, Any]:
@@ -369,9 +400,10 @@ def compare_runs(
     *,
     baseline: str | None = None,
     primary: Sequence[str] | None = None,
+    compute: str = "steps",
 ) -> dict[str, Any]:
     """Everything `graft compare` reports, from run directories (or folders holding them)."""
     units = [u for run in discover(paths) for u in load_units(run)]
-    result = compare_units(units, baseline=baseline, primary=primary)
+    result = compare_units(units, baseline=baseline, primary=primary, compute=compute)
     result["units"] = units
     return result

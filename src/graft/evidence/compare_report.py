@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from graft.evidence.compare import CURVE_MEAN
-from graft.evidence.endpoints import final_point
+from graft.evidence.compute_axis import COST_KEYS
+from graft.evidence.endpoints import axis_points, final_point, point_index
 
 INTERVAL_RULE = (
     "Differences are method − baseline in points (percent), paired by seed (same seed: same "
@@ -74,13 +75,34 @@ def _seeds(seeds: Sequence[int]) -> str:
     return ", ".join(str(s) for s in seeds)
 
 
+def si(value: float) -> str:
+    """A count in three significant figures with an SI prefix: 1.23M, 45.6G."""
+    for factor, unit in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def point_label(policy: Mapping[str, Any], point: str) -> str:
+    """`step 20`, or on a compute axis the compute of point j (`1.23M`)."""
+    if point.startswith("at_"):
+        return si(policy["axis"]["points"][point_index(point)])
+    return point.replace("step_", "step ")
+
+
+def point_x(policy: Mapping[str, Any], point: str) -> float:
+    if point.startswith("at_"):
+        return policy["axis"]["points"][point_index(point)]
+    return float(point_index(point))
+
+
 def step_table(policy: Mapping[str, Any], metric: str) -> list[str]:
-    """Mean accuracy per method at every evaluation step (over all its seeds, named), and the
-    difference at each step (over the paired seeds, named)."""
+    """Mean accuracy per method at every evaluation step or compute point (over all its seeds,
+    named), and the difference at each (over the paired seeds, named)."""
     methods = policy["methods"]
     any_method = next(iter(methods.values()))
-    points = [p for p in any_method["points"][metric] if p.startswith("step_")]
-    head = ["method (seeds)", *(p.replace("step_", "step ") for p in points)]
+    points = axis_points(list(any_method["points"][metric]))
+    head = ["method (seeds)", *(point_label(policy, p) for p in points)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, entry in methods.items():
         row = [f"{100 * entry['points'][metric][p]['mean']:.1f}" for p in points]
@@ -148,6 +170,49 @@ def regime_lines(policy: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+COST_RULE = (
+    "What a run cost in all (every policy of the run together, as co-training a peer is part of "
+    "a method's cost), the mean over its seeds: responses sampled, their tokens, tokens of "
+    "forward passes without a backward (scoring peer responses, recomputed log-probs), tokens "
+    "of the update's forward and backward passes, the FLOP estimate 2N per forward token and "
+    "6N per trained token (docs/cost.md), and process CPU seconds per phase."
+)
+
+
+def cost_table(policy: Mapping[str, Any], baseline: str) -> list[str]:
+    """The paper's cost comparison in miniature: one row per method that counted its cost."""
+    rows = {label: e["cost"] for label, e in policy["methods"].items() if e.get("cost")}
+    if not rows:
+        return []
+    base = rows.get(baseline, {}).get("flops", {}).get("mean")
+    lines = [
+        "| method | steps | responses | generated tokens | forward-only tokens | trained tokens "
+        "| FLOPs | FLOPs vs baseline | CPU s: generate / score / train |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, cost in rows.items():
+        mean = {k: v["mean"] for k, v in cost.items()}
+        ratio = f"{mean['flops'] / base:.2f}x" if base and "flops" in mean else "-"
+        cpu = " / ".join(
+            f"{mean[k]:.0f}" if (k := f"{p}_cpu_s") in mean else "-"
+            for p in ("generate", "score", "train")
+        )
+        cells = [f"{mean['steps']:.0f}"]
+        cells += [si(mean[k]) if k in mean else "-" for k in COST_KEYS[:5]]
+        lines.append("| " + " | ".join([label, *cells, ratio, cpu]) + " |")
+    return [COST_RULE, "", *lines]
+
+
+def axis_rule(axis: Mapping[str, Any]) -> str:
+    return (
+        f"Curves are read at equal {axis['label']} (each run's cumulative total, all its "
+        "policies together) instead of equal steps: per policy, evenly spaced points from the "
+        "first evaluation every run has reached to the last one every run has reached, each "
+        "run's curve interpolated linearly between its evaluations and never read beyond its "
+        "last; the final point is the largest compute every run reached."
+    )
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -161,12 +226,18 @@ def markdown(result: Mapping[str, Any]) -> str:
         primary_line(result.get("primary", {})),
         "",
     ]
+    axis = result.get("axis", {"name": "steps"})
+    if axis["name"] != "steps":
+        text += [axis_rule(axis), ""]
     for name, policy in result["policies"].items():
         text += [f"## {name}", "", "| method | seeds | runs |", "|---|---|---|"]
         for label, entry in policy["methods"].items():
             seeds = ", ".join(str(s) for s in entry["seeds"])
             text.append(f"| {label} | {seeds} | {len(entry['runs'])} |")
         text.append("")
+        costs = cost_table(policy, result["baseline"])
+        if costs:
+            text += ["### Cost", "", *costs, ""]
         pairing = pairing_lines(policy, result["baseline"])
         if pairing:
             text += [*pairing, ""]
@@ -175,7 +246,8 @@ def markdown(result: Mapping[str, Any]) -> str:
             text += [*delta_table(policy), ""]
             any_method = next(iter(policy["methods"].values()))
             for metric in headline_metrics(list(any_method["points"])):
-                text += [f"### {metric_name(metric)} at every evaluation", ""]
+                where = "every evaluation" if axis["name"] == "steps" else f"equal {axis['label']}"
+                text += [f"### {metric_name(metric)} at {where}", ""]
                 text += [*step_table(policy, metric), ""]
         elif result["baseline"] not in policy["methods"]:
             text += [f"No runs of the baseline for {name}.", ""]
@@ -203,15 +275,15 @@ def draw_bands(ax: Any, policy: Mapping[str, Any], metric: str, *, colors: Mappi
         pts = entry["points"].get(metric)
         if not pts:
             continue
-        steps = [p for p in pts if p.startswith("step_")]
-        x = [int(p.split("_")[1]) for p in steps]
+        steps = axis_points(list(pts))
+        x = [point_x(policy, p) for p in steps]
         mean = [100 * pts[p]["mean"] for p in steps]
         ax.plot(x, mean, marker="o", ms=3, label=label, color=colors.get(label))
         if all(pts[p]["low"] is not None for p in steps):
             low = [100 * pts[p]["low"] for p in steps]
             high = [100 * pts[p]["high"] for p in steps]
             ax.fill_between(x, low, high, alpha=0.15, color=colors.get(label))
-    ax.set(xlabel="step", ylabel="accuracy (%)")
+    ax.set(xlabel=policy.get("axis", {}).get("label", "step"), ylabel="accuracy (%)")
     ax.grid(alpha=0.3)
 
 

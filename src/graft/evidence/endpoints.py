@@ -75,16 +75,27 @@ def run_primary(units: Sequence[Any]) -> tuple[str, ...]:
     return next(iter(named), ())
 
 
+AXIS_PREFIXES = ("step_", "at_")
+"""Point names along a curve: `step_<step>`, or `at_<j>` for point j of a compute axis."""
+
+
+def axis_points(points: Sequence[str]) -> list[str]:
+    """The points along the curve (not the curve mean), in order."""
+    return sorted((p for p in points if p.startswith(AXIS_PREFIXES)), key=point_index)
+
+
+def point_index(point: str) -> int:
+    return int(point.rsplit("_", 1)[1])
+
+
 def final_point(points: Sequence[str]) -> str:
-    """The name of the last evaluation's point (`step_N` with the largest N)."""
-    steps = [p for p in points if p.startswith("step_")]
-    return max(steps, key=lambda p: int(p.split("_")[1]))
+    """The name of the last evaluation's point (`step_N` or `at_N` with the largest N)."""
+    return axis_points(points)[-1]
 
 
 def _cell(points: Mapping[str, Any], point: str) -> Mapping[str, Any] | None:
     if point == "final":
-        has_steps = any(p.startswith("step_") for p in points)
-        return points[final_point(list(points))] if has_steps else None
+        return points[final_point(list(points))] if axis_points(list(points)) else None
     return points.get(point)
 
 

@@ -79,8 +79,9 @@ class StoreWriter:
         self.fs, self.root = open_filesystem(uri)
         self.uri = uri
         self.run_id = run_id
+        self.run_meta = dict(run_meta)
         self._ensure_store()
-        self._write_json(f"{self.root}/runs/{run_id}.json", dict(run_meta))
+        self._write_json(f"{self.root}/runs/{run_id}.json", self.run_meta)
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self.seconds_writing = 0.0  # wall clock on the writer thread
@@ -108,6 +109,11 @@ class StoreWriter:
         with self.fs.open_output_stream(tmp) as f:
             f.write(json.dumps(body, indent=2, sort_keys=True, default=str).encode())
         self.fs.move(tmp, path)
+
+    def update_run_meta(self, **fields: Any) -> None:
+        """Rewrite this run's metadata file with `fields` set (atomically, as at the start)."""
+        self.run_meta.update(fields)
+        self._write_json(f"{self.root}/runs/{self.run_id}.json", self.run_meta)
 
     # ----------------------------------------------------------------- shards
     def write(self, model: str, step: int, columns: Mapping[str, list]) -> None:

@@ -64,6 +64,38 @@ def prompt_batch(
     return tuple(out)
 
 
+def extra_prompts(
+    problems: tuple[Problem, ...],
+    *,
+    step: int,
+    round: int,
+    count: int,
+    batch_size: int,
+    seed: int,
+) -> tuple[Problem, ...]:
+    """The prompts of extra sampling round `round` (1, 2, ...) of step `step` (dynamic sampling,
+    `models.N.zero_contrast.mode=resample`): stateless, like `prompt_batch`.
+
+    Each step has its own seeded permutation of the training problems with the step's batch left
+    out; round r takes the `count` problems from position (r - 1) x `batch_size` on. So a step
+    never samples a problem twice, every policy of the run gets the same extra prompts in the
+    same round (a policy whose budget cuts a round takes the first ones), the main prompt stream
+    stays the one `prompt_batch` gives (runs with and without resampling see the same batches),
+    and a resumed run draws the same prompts. Past the end of the permutation a round gets fewer
+    problems, or none.
+    """
+    seen = {p.id for p in prompt_batch(problems, step=step, batch_size=batch_size, seed=seed)}
+    order = list(range(len(problems)))
+    random.Random(f"{seed}/{step}/extra-prompts").shuffle(order)
+    rest = []
+    for i in order:  # a problem the data holds twice is still sampled once
+        if problems[i].id not in seen:
+            seen.add(problems[i].id)
+            rest.append(problems[i])
+    start = (round - 1) * batch_size
+    return tuple(rest[start : start + min(count, batch_size)])
+
+
 _ORDER_CACHE: dict[tuple[int, int, int], list[int]] = {}
 
 

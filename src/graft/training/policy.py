@@ -25,6 +25,7 @@ from graft.models.lora import (
 )
 from graft.rollout import SamplingParams, sample
 from graft.training.build import PolicySpec, build_parts, set_warmup_lr
+from graft.training.cost import Meter, parameter_count
 from graft.training.modeling import score_sequences
 from graft.training.update import train_on_batch
 from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
@@ -44,6 +45,7 @@ class Policy:
         self.stop_ids = self._stop_ids()
         self.num_updates = 0
         self._prompt_cache: dict[str, tuple[int, ...]] = {}
+        self.meter = Meter(self.device, parameter_count(self.model))
 
     # ----------------------------------------------------------------- prompts and tokens
     def _stop_ids(self) -> tuple[int, ...]:
@@ -113,20 +115,13 @@ class Policy:
         """n samples for each problem, drawn from a generator seeded with `seed`."""
         prompt_ids_P = [self.prompt_ids(p.prompt) for p in problems]
         rows = [ids for ids in prompt_ids_P for _ in range(n)]
-        if self.engine is not None:
-            samples = self.engine.sample(rows, params, stop_ids=self.stop_ids, seed=seed)
-        else:
-            with self.precision.forward():
-                samples = sample(
-                    self.model,
-                    rows,
-                    params,
-                    stop_ids=self.stop_ids,
-                    pad_id=self.pad_id,
-                    generator=torch.Generator(device=self.device).manual_seed(seed),
-                    batch_size=self.spec.rollout.batch_size,
-                    share_prompts=self.spec.algo.share_prompts,
-                )
+        with self.meter.phase("generate"):
+            samples = self._sample(rows, params, seed=seed)
+        self.meter.add(
+            responses=len(samples),
+            gen_tokens=sum(len(s.token_ids) for s in samples),
+            prompt_tokens=sum(len(ids) for ids in rows),
+        )
         rollouts = []
         for i, (problem, ids) in enumerate(zip(problems, prompt_ids_P)):
             completions = tuple(
@@ -141,12 +136,28 @@ class Policy:
             rollouts.append(Rollout(problem, self.name, ids, completions))
         return rollouts
 
+    def _sample(self, rows: list[tuple[int, ...]], params: SamplingParams, *, seed: int) -> list:
+        if self.engine is not None:
+            return self.engine.sample(rows, params, stop_ids=self.stop_ids, seed=seed)
+        with self.precision.forward():
+            return sample(
+                self.model,
+                rows,
+                params,
+                stop_ids=self.stop_ids,
+                pad_id=self.pad_id,
+                generator=torch.Generator(device=self.device).manual_seed(seed),
+                batch_size=self.spec.rollout.batch_size,
+                share_prompts=self.spec.algo.share_prompts,
+            )
+
     def score(
         self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
     ) -> list[tuple[float, ...]]:
         """Behavior log-probs (current weights, rollout temperature, compute dtype) of given token
         sequences."""
-        with self.precision.forward():
+        self.meter.add(forward_tokens=sum(len(p) + len(r) for p, r in zip(prompts, responses)))
+        with self.meter.phase("score"), self.precision.forward():
             return score_sequences(
                 self.model,
                 prompts,
@@ -167,6 +178,10 @@ class Policy:
         tokens; this policy's EOS is appended when the peer stopped on EOS, none when it was cut at
         the length limit. Longer than rollout.max_new_tokens: dropped (or truncated).
         """
+        with self.meter.phase("score"):
+            return self._import(requests, too_long=too_long)
+
+    def _import(self, requests: Sequence[PeerResponse], *, too_long: str) -> list[Imported]:
         limit = self.spec.rollout.max_new_tokens
         eos = int(self.tokenizer.eos_token_id)
         out: list[Imported | None] = []
@@ -200,8 +215,22 @@ class Policy:
         return set_warmup_lr(self.optimizer, self.spec.model.optim, self.num_updates)
 
     def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
+        """One update on a rollout batch; its statistics (the tokens it ran go to the meter)."""
         if self.spec.algo.recompute_old_logprobs:
             groups = self._recompute_old(groups)
+        with self.meter.phase("train"):
+            stats = self._update(groups, seed=seed)
+        self.meter.add(
+            train_tokens=stats.pop("cost/train_tokens", 0.0),
+            forward_tokens=stats.pop("cost/ref_tokens", 0.0),
+        )
+        return stats
+
+    def usage(self) -> dict[str, float]:
+        """What this policy has cost since it was built (graft.training.cost)."""
+        return self.meter.read()
+
+    def _update(self, groups: Sequence[TrainGroup], *, seed: int) -> dict[str, float]:
         # the adapter's own dropout: models.N.lora's, or that of the adapter models.N.adapter names
         dropout = self.adapter is not None and self.adapter.peft_config["default"].lora_dropout > 0
         with adapter_dropout(self.model, seed) if dropout else contextlib.nullcontext():

@@ -105,6 +105,10 @@ class Recorder:
                 name, step, group_rows(gs, step=step, prov=self.provenance[name], replaced=flags)
             )
 
+    def note_cost(self, cumulative: Mapping[str, float]) -> None:
+        """The run's cost so far (`cost/cum/...` metrics) into the store's run metadata."""
+        self.writer.update_run_meta(cost={k: float(v) for k, v in sorted(cumulative.items())})
+
     def rollback(self, next_step: int) -> None:
         """On resume: drop shards of steps at or after `next_step` (they are run again)."""
         self.writer.rollback(after_step=next_step - 1)

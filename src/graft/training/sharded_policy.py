@@ -275,9 +275,7 @@ class ShardedPolicy(Policy):
         pids = [str(os.getpid()), *(str(link.pid) for link in self._ranks)]
         return {**super().describe(), "shards": str(len(pids)), "rank_pids": ",".join(pids)}
 
-    def train(self, groups: Sequence[TrainGroup], *, seed: int = 0) -> dict[str, float]:
-        if self.spec.algo.recompute_old_logprobs:
-            groups = self._recompute_old(groups)
+    def _update(self, groups: Sequence[TrainGroup], *, seed: int) -> dict[str, float]:
         self._send("train", list(groups), seed)
         stats = self._collective(self.worker.train, groups, seed)
         self.model.load_state_dict(self._collective(full_state_dict, self.worker.model))

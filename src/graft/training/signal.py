@@ -23,6 +23,10 @@ class Counts:
     sent: float = 0.0
     admitted: float = 0.0
     silent_steps: int = 0
+    full_steps: int = 0
+    """Steps whose training batch held rollout.prompts_per_step groups with reward contrast."""
+    extra_responses: float = 0.0
+    """Responses sampled in extra rounds (`zero_contrast.mode=resample`)."""
 
     def add(self, other: Counts) -> None:
         for key in vars(self):
@@ -35,6 +39,8 @@ class Counts:
             "rescued_frac": self.grafted / self.all_fail if self.all_fail else 0.0,
             "admitted_frac": self.admitted / self.sent if self.sent else 0.0,
             "no_signal_steps": float(self.silent_steps),
+            "full_batch_frac": self.full_steps / self.steps if self.steps else 0.0,
+            "extra_responses": self.extra_responses,
         }
 
 
@@ -50,7 +56,8 @@ def step_counts(metrics: Mapping[str, float], name: str, prefix: str, groups: in
         direction, _, metric = key[2:].partition("/") if key.startswith("x/") else ("", "", "")
         if direction.endswith(f"->{name}") and metric in incoming:
             incoming[metric] += float(value)
-    silent = share("mixed_frac") == 0.0 and incoming["admitted"] == 0.0
+    fill = float(metrics.get(f"{prefix}contrast/fill_frac", 0.0))
+    silent = share("mixed_frac") == 0.0 and incoming["admitted"] == 0.0 and fill == 0.0
     return Counts(
         steps=1,
         groups=float(groups),
@@ -60,6 +67,8 @@ def step_counts(metrics: Mapping[str, float], name: str, prefix: str, groups: in
         sent=incoming["responses_sent"],
         admitted=incoming["admitted"],
         silent_steps=int(silent),
+        full_steps=int(fill >= 1.0),
+        extra_responses=float(metrics.get(f"{prefix}contrast/extra_responses", 0.0)),
     )
 
 
@@ -119,6 +128,11 @@ def describe(c: Counts) -> str:
         text += (
             f"; a peer rescued {100 * s['rescued_frac']:.0f}% of the all-fail prompts, "
             f"admitted {100 * s['admitted_frac']:.0f}% of {c.sent:.0f} responses sent"
+        )
+    if c.extra_responses:
+        text += (
+            f"; {c.extra_responses:.0f} responses sampled on extra prompts, a full batch of "
+            f"groups with contrast in {c.full_steps} of {c.steps} steps"
         )
     if c.silent_steps:
         text += f"; {c.silent_steps} of {c.steps} steps without any learning signal"

@@ -1,6 +1,7 @@
 """The training loop. One step reads as the method:
 
-    rollout -> verify -> group (advantages) -> exchange -> update -> store -> log
+    rollout -> verify -> group (advantages) -> exchange -> settle the groups without contrast
+    (keep, drop, or sample further prompts) -> update -> store -> log
     (then, when due: evaluate, checkpoint)
 
 Every policy gets the same prompt batch each step. Randomness is derived from (run seed, step,
@@ -27,16 +28,18 @@ from graft.rundir import MetricsLog, move_aside, policy_prefix, read_metrics, wr
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
-from graft.tasks import Task, build_task, prompt_batch
+from graft.tasks import Task, build_task, extra_prompts, prompt_batch
 from graft.tasks.golds import check_golds, require_golds, usable_problems
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.tasks.verify import resolve_verifier, verifier_for_extract
-from graft.training.groups import group_metrics, make_groups
+from graft.training.contrast import Budget, settle
+from graft.training.cost import CostLog, last_cumulative, step_cost
+from graft.training.groups import group_metrics, make_groups, self_train_group
 from graft.training.progress import progress_bar, reward_postfix, say, warn
 from graft.training.recorder import Recorder
 from graft.training.signal import SignalLog, run_summary
-from graft.types import Group, Rollout
+from graft.types import Group, Rollout, TrainGroup
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class Trainer:
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
         self._verify_spans: list[tuple[float, float]] = []  # (start, end) per policy, this step
+        self.costs = CostLog(self.prefix)
 
     def _check_golds(self) -> None:
         """Refuse data whose golds the verifier mostly cannot parse; report and leave out (train)
@@ -131,23 +135,80 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict[str, float]:
-        """rollout -> verify -> group -> exchange -> update -> store, for every policy at once."""
-        t0 = time.perf_counter()
+        """rollout -> verify -> group -> exchange -> settle -> update -> store, for every policy
+        at once."""
+        t0, before = time.perf_counter(), self.backend.usage()
         groups = self.rollout(step)
         t1, t2 = max(a for a, _ in self._verify_spans), time.perf_counter()
         outcome = self.exchange(step, groups)
         t3 = time.perf_counter()
-        stats = self.backend.train(outcome.batches, seeds=self._seeds(step, "update"))
+        batches, extra, contrast = self.settle(step, outcome.batches)
+        t_settle = time.perf_counter()
+        stats = self.backend.train(batches, seeds=self._seeds(step, "update"))
         self._check_finite(step, stats)
-        t4 = time.perf_counter()
-        if self.recorder is not None:
+        t4, after = time.perf_counter(), self.backend.usage()
+        if self.recorder is not None:  # the extra rounds' rollouts after the step's own
+            every = {name: (*gs, *extra.get(name, ())) for name, gs in groups.items()}
             with self.book.writing_store(self.recorder.uri):
-                self.recorder.record(step, groups, outcome.replaced)
+                self.recorder.record(step, every, outcome.replaced)
         metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
         metrics.update(outcome.metrics)
+        for name, counts in contrast.items():
+            metrics.update({self.prefix[name] + k: v for k, v in counts.items()})
+        metrics.update(
+            self.costs.metrics({name: step_cost(before[name], after[name]) for name in self.names})
+        )
+        metrics["time/settle_s"] = t_settle - t3
         metrics["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
         metrics["time/store_s"] = time.perf_counter() - t4
         return metrics
+
+    def settle(
+        self, step: int, batches: Mapping[str, Sequence[TrainGroup]]
+    ) -> tuple[dict[str, list[TrainGroup]], dict[str, list[Group]], dict[str, dict[str, float]]]:
+        """Each policy's groups without reward contrast kept, dropped, or replaced by groups on
+        further prompts (`models.N.zero_contrast`, graft.training.contrast). Returns the batches,
+        the extra rounds' groups per policy (for the store) and each policy's counts."""
+        plan, extra = self.plan, {name: [] for name in self.names}
+        budgets = {
+            m.name: Budget(
+                mode=m.zero_contrast.mode,
+                want=plan.prompts_per_step,
+                group_size=plan.group_size,
+                max_rounds=m.zero_contrast.max_rounds,
+                max_responses=m.zero_contrast.max_responses,
+            )
+            for m in self.cfg.models
+        }
+
+        def sample(rnd: int, wanted: Mapping[str, int]) -> dict[str, list[TrainGroup]]:
+            got: dict[str, list[TrainGroup]] = {}
+            for count in sorted(set(wanted.values())):  # policies asking as many: one call
+                names = [name for name, k in wanted.items() if k == count]
+                problems = extra_prompts(
+                    self.train_problems,
+                    step=step,
+                    round=rnd,
+                    count=count,
+                    batch_size=plan.prompts_per_step,
+                    seed=self.cfg.run.seed,
+                )
+                seeds = {n: derive_seed(self.cfg.run.seed, step, n, "resample", rnd) for n in names}
+                rounds = self.backend.generate(
+                    problems,
+                    n=plan.group_size,
+                    params=self.sampling,
+                    seeds=seeds,
+                    then=self._verify_and_group,
+                    names=names,
+                )
+                for name, gs in rounds.items():
+                    extra[name].extend(gs)
+                    got[name] = [self_train_group(g) for g in gs]
+            return got
+
+        settled, counts = settle(batches, budgets, sample)
+        return settled, extra, counts
 
     def _check_finite(self, step: int, stats: Mapping[str, Mapping[str, float]]) -> None:
         """algo.nonfinite=stop: a policy whose update met a NaN or infinite loss or gradient norm
@@ -274,6 +335,7 @@ class Trainer:
             report_to, run_dir, project=project, config=to_dict(cfg), start_step=start
         )
         log = MetricsLog(run_dir, start_step=start, trackers=trackers)
+        self.costs = CostLog(self.prefix, previous=last_cumulative(read_metrics(run_dir)))
         signal = SignalLog(
             self.prefix,
             groups=self.plan.prompts_per_step,
@@ -327,6 +389,7 @@ class Trainer:
         if self.recorder is not None:
             with self.book.writing_store(self.recorder.uri):
                 self.recorder.flush()
+                self.recorder.note_cost(self.costs.cum)
 
     def close(self) -> None:
         if getattr(self, "recorder", None) is not None:

@@ -271,6 +271,10 @@ def minibatch_backward(
     skipped = [q.num_tokens for i, q in enumerate(sequences) if i not in kept]
     totals["tokens"] = float(sum(skipped))  # they count in the denominator, through coef_B
     totals["skipped_tokens"] = float(sum(skipped))
+    run = float(sum(len(sequences[i].prompt_ids) + sequences[i].num_tokens for i in keep))
+    totals["train_tokens"] = run  # what the passes below run, over all ranks (cost)
+    if ref_model is not None and s.kl_coef > 0:
+        totals["ref_tokens"] = run
     if s.sort_by_length:  # less padding; the sum over sequences does not depend on the order
         keep.sort(key=lambda i: _length_key(sequences[i]))
     chunks = [keep[i : i + s.micro_batch_size] for i in range(0, len(keep), s.micro_batch_size)]
@@ -336,6 +340,7 @@ def train_on_batch(
     sums: dict[str, float] = {}
     grad_norms: list[float] = []
     nonfinite = 0
+    spent = {"train_tokens": 0.0, "ref_tokens": 0.0}  # run, whether or not the step is taken
     lr = optimizer.param_groups[0]["lr"]
     for _ in range(s.epochs):
         for mb in minibatches:
@@ -354,6 +359,8 @@ def train_on_batch(
                 shard=shard,
             )
             t1 = time.perf_counter()
+            for key in spent:
+                spent[key] += stats.pop(key, 0.0)
             precision.unscale(optimizer)
             max_norm = s.grad_clip if s.grad_clip > 0 else float("inf")
             norm = total_norm(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -394,6 +401,8 @@ def train_on_batch(
         "train/duplicate_frac": sums.get("duplicate_tokens", 0.0) / tokens,
         "time/fwd_bwd_s": sums.get("fwd_bwd_s", 0.0),
         "time/optim_s": sums.get("optim_s", 0.0),
+        "cost/train_tokens": spent["train_tokens"],
+        "cost/ref_tokens": spent["ref_tokens"],
     }
     if nonfinite or s.nonfinite == "skip":  # NaN/inf loss or gradient norm: steps not taken
         out["optim/nonfinite_steps"] = float(nonfinite)
