@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from graft.cli import main
-from graft.rundir import read_metrics
+from graft.rundir import is_timing, read_metrics
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
 SMALL = [
@@ -37,9 +37,7 @@ def _args(out, *sets):
 
 
 def _without_times(records):
-    return [
-        {k: v for k, v in r.items() if "time/" not in k and k != "tokens_per_s"} for r in records
-    ]
+    return [{k: v for k, v in r.items() if not is_timing(k)} for r in records]
 
 
 def _same_run(a, b):

@@ -184,3 +184,47 @@ def test_extra_prompts_are_stateless_new_to_the_step_and_shared_by_policies():
     # 40 problems, 8 in the step's batch: 32 for the extra rounds, then none
     assert len(extra_prompts(problems, step=3, round=4, count=8, batch_size=8, seed=5)) == 8
     assert extra_prompts(problems, step=3, round=5, count=8, batch_size=8, seed=5) == ()
+
+
+def test_the_resample_forecast_by_hand():
+    from graft.evidence.forecast import resample_need
+
+    need = resample_need(0.5, prompts=2, n=4, max_rounds=1)
+    assert need["responses_to_fill"] == 4 * 2 * 0.5 / 0.5
+    assert need["responses"] == 4 * 2 * 0.5  # the places still empty after the step's batch
+    assert need["fill"] == 1 - 0.5**2 and need["full"] == (1 - 0.5**2) ** 2
+    # extra rounds until both places are filled: sum_r 1 - (1 - 0.5^(r+1))^2
+    want = sum(1 - (1 - 0.5 ** (r + 1)) ** 2 for r in range(60))
+    assert need["rounds_to_fill"] == pytest.approx(want)
+    never = resample_need(0.0, prompts=2, n=4, max_rounds=3)
+    assert (
+        never["fill"] == 0 and never["responses"] == 24 and never["rounds_to_fill"] == float("inf")
+    )
+
+
+def test_the_resample_forecast_matches_what_settle_does():
+    """`graft probe`'s forecast for dynamic sampling, against `settle` itself on batches where
+    each fresh group has contrast with probability 0.3: mean extra responses, mean fill and the
+    share of full batches within 3 rounds agree to within sampling error (4000 simulated steps)."""
+    import random
+    import statistics
+
+    from graft.evidence.forecast import resample_need
+
+    rng, p, prompts, n, rounds = random.Random(0), 0.3, 8, 4, 3
+
+    def draw(k):
+        return [MIXED if rng.random() < p else ALL_FAIL for _ in range(k)]
+
+    def sampler(rnd, wanted):
+        return {name: draw(k) for name, k in wanted.items()}
+
+    budget = Budget("resample", want=prompts, group_size=n, max_rounds=rounds)
+    seen = [settle({"a": draw(prompts)}, {"a": budget}, sampler)[1]["a"] for _ in range(4000)]
+    responses = [c["contrast/extra_responses"] for c in seen]
+    fills = [c["contrast/fill_frac"] for c in seen]
+    need = resample_need(p, prompts=prompts, n=n, max_rounds=rounds)
+    se = statistics.stdev(responses) / len(seen) ** 0.5
+    assert abs(statistics.fmean(responses) - need["responses"]) < 4 * se
+    assert statistics.fmean(fills) == pytest.approx(need["fill"], abs=0.01)
+    assert statistics.fmean(f == 1.0 for f in fills) == pytest.approx(need["full"], abs=0.03)

@@ -31,7 +31,7 @@ from golden_record import (
     weights_record,
 )
 from graft.config import Config, load_config
-from graft.rundir import read_metrics
+from graft.rundir import is_timing, read_metrics
 from graft.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,10 +118,6 @@ cost counts (tests/test_cost.py) and the share of each batch with reward contras
 (tests/test_contrast.py)."""
 
 
-def _timing(key: str) -> bool:
-    return "time/" in key or key == "tokens_per_s"
-
-
 def run_recorded(cfg: Config, run_dir: Path) -> dict:
     trainer = Trainer(cfg)
     batches: list[dict] = []
@@ -137,7 +133,7 @@ def run_recorded(cfg: Config, run_dir: Path) -> dict:
     finally:
         trainer.close()
     metrics = [
-        {k: v for k, v in r.items() if not k.startswith(ADDED) and not _timing(k)}
+        {k: v for k, v in r.items() if not k.startswith(ADDED) and not is_timing(k)}
         for r in read_metrics(run_dir)
     ]
     names = [m.name for m in cfg.models]

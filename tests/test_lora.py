@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from graft.cli import main
 from graft.models.tiny import build_tiny
-from graft.rundir import read_metrics
+from graft.rundir import is_timing, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 GRPO = ROOT / "configs" / "grpo_tiny.yaml"
@@ -39,9 +39,7 @@ def _train(config: Path, out: Path, *sets: str) -> None:
 
 def _same_metrics(a: Path, b: Path) -> None:
     def clean(records):
-        return [
-            {k: v for k, v in r.items() if "time" not in k and k != "tokens_per_s"} for r in records
-        ]
+        return [{k: v for k, v in r.items() if not is_timing(k)} for r in records]
 
     ra, rb = clean(read_metrics(a)), clean(read_metrics(b))
     assert len(ra) == len(rb) and ra
@@ -404,7 +402,7 @@ def _same_metrics_upto(a: Path, b: Path, steps: int) -> None:
     assert [r["step"] for r in rb] == list(range(1, steps + 1)) == [r["step"] for r in ra]
     for x, y in zip(ra, rb):
         for key in x:
-            if "time" not in key and key != "tokens_per_s":
+            if not is_timing(key):
                 assert x[key] == y[key], key
 
 

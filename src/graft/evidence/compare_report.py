@@ -175,7 +175,7 @@ COST_RULE = (
     "a method's cost), the mean over its seeds: responses sampled, their tokens, tokens of "
     "forward passes without a backward (scoring peer responses, recomputed log-probs), tokens "
     "of the update's forward and backward passes, the FLOP estimate 2N per forward token and "
-    "6N per trained token (docs/cost.md), and process CPU seconds per phase."
+    "6N per trained token (docs/method.md), and process CPU seconds per phase."
 )
 
 

@@ -60,6 +60,14 @@ METHODS = {
     "graft_rr": Method("GRAFT (receiver_relative)", ("exchange.weight=receiver_relative",)),
     "stored": Method("GRAFT (stored peer)", stored=True),
     "grpo4x": Method("GRPO, 4x group size", ("exchange.enabled=false",)),
+    "grpo_ds": Method(
+        "GRPO + dynamic sampling",
+        (
+            "exchange.enabled=false",
+            "models.0.zero_contrast.mode=resample",
+            "models.1.zero_contrast.mode=resample",
+        ),
+    ),
 }
 ABLATIONS = {
     "no_weight": Method("ablation: no weight", ("exchange.weight=none",)),

@@ -93,6 +93,89 @@ def mixed_probability(num_correct_P: Sequence[int], n: int, n_new: int) -> float
     return total / len(num_correct_P)
 
 
+def resample_need(p: float, *, prompts: int, n: int, max_rounds: int) -> dict[str, float]:
+    """Dynamic sampling (`zero_contrast.mode=resample`) at a mixed share p per fresh prompt.
+
+    Each round samples as many prompts as the batch misses, so each of the `prompts` places of
+    the batch is filled independently, after a geometric number of extra draws: it is still empty
+    after r extra rounds with probability (1 - p)^(r + 1). Hence, per step:
+    - to fill the batch whatever it takes: n P (1 - p) / p extra responses on average, and
+      sum_r [1 - (1 - (1 - p)^(r + 1))^P] extra rounds (the slowest place decides);
+    - within `max_rounds` rounds: n P sum_{r=1..R} (1 - p)^r extra responses, a mean fill of
+      1 - (1 - p)^(R + 1), and a full batch with probability (1 - (1 - p)^(R + 1))^P.
+    `zero_contrast.max_responses` is not modelled (it can only lower the responses and the fill).
+    """
+    q = 1.0 - p
+    if p <= 0.0:
+        inf = math.inf
+        return {
+            "responses_to_fill": inf,
+            "rounds_to_fill": inf,
+            "responses": n * prompts * max_rounds,
+            "fill": 0.0,
+            "full": 0.0,
+        }
+    rounds, r = 0.0, 0
+    while (term := 1.0 - (1.0 - q ** (r + 1)) ** prompts) > 1e-9 and r < 100_000:
+        rounds, r = rounds + term, r + 1
+    return {
+        "responses_to_fill": n * prompts * q / p,
+        "rounds_to_fill": rounds,
+        "responses": n * prompts * sum(q**k for k in range(1, max_rounds + 1)),
+        "fill": 1.0 - q ** (max_rounds + 1),
+        "full": (1.0 - q ** (max_rounds + 1)) ** prompts,
+    }
+
+
+def resample_forecast(
+    mixed: Mapping[str, float], *, prompts: int, n: int, max_rounds: int
+) -> dict[str, Any]:
+    """`resample_need` at the measured mixed share, with the interval its Wilson interval gives
+    (every figure is monotone in p); None where it is infinite (no mixed group: never full)."""
+    at = {
+        k: resample_need(mixed[k], prompts=prompts, n=n, max_rounds=max_rounds)
+        for k in ("share", "low", "high")
+    }
+
+    def finite(x: float) -> float | None:  # None: never (JSON has no infinity)
+        return None if math.isinf(x) else x
+
+    return {
+        "prompts": prompts,
+        "n": n,
+        "max_rounds": max_rounds,
+        **{
+            key: {
+                "mean": finite(at["share"][key]),
+                "low": finite(min(at["low"][key], at["high"][key])),
+                "high": finite(max(at["low"][key], at["high"][key])),
+            }
+            for key in at["share"]
+        },
+    }
+
+
+def resample_verdict(m: Mapping[str, Any], *, name: str) -> str:
+    """One model under dynamic sampling, in plain words."""
+    r = m["resample"]
+    step = r["prompts"] * r["n"]
+    need = r["responses_to_fill"]["mean"]
+    if need is None:
+        return (
+            f"{name}: dynamic sampling cannot fill a batch (no mixed group measured); within "
+            f"{r['max_rounds']} rounds it would sample {r['responses']['mean']:.0f} extra "
+            "responses a step for nothing"
+        )
+    rounds, fill, full = (r[k]["mean"] for k in ("rounds_to_fill", "fill", "full"))
+    return (
+        f"{name}: dynamic sampling would need about {need:.0f} extra responses per step "
+        f"({100 * need / step:.0f}% more than the step's {step}) and {rounds:.1f} extra rounds "
+        f"to fill the batch with mixed groups; within {r['max_rounds']} rounds it fills "
+        f"{100 * fill:.0f}% of it on average ({100 * full:.0f}% of steps full) for "
+        f"{r['responses']['mean']:.0f} extra responses"
+    )
+
+
 def model_summary(num_correct_P: Sequence[int], n: int) -> dict[str, Any]:
     """pass@1 and the group shares of one model over the probe's prompts."""
     prompts = len(num_correct_P)

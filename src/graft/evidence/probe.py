@@ -18,7 +18,14 @@ from typing import Any
 
 from graft.config import Config, ConfigError, to_dict
 from graft.config.lib import from_dict
-from graft.evidence.forecast import direction_summary, grpo_verdict, model_summary, verdict
+from graft.evidence.forecast import (
+    direction_summary,
+    grpo_verdict,
+    model_summary,
+    resample_forecast,
+    resample_verdict,
+    verdict,
+)
 from graft.evidence.regime import is_count
 
 
@@ -142,6 +149,11 @@ def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
     names, n = raw["names"], raw["n"]
     correct = {name: [c for st in raw["steps"] for c in st["correct"][name]] for name in names}
     models = {name: model_summary(correct[name], n) for name in names}
+    budgets = {m.name: m.zero_contrast.max_rounds for m in cfg.models}
+    for name, m in models.items():
+        m["resample"] = resample_forecast(
+            m["mixed"], prompts=raw["prompts_per_step"], n=n, max_rounds=budgets[name]
+        )
     directions: dict[str, Any] = {}
     for a in names:
         for b in names:
@@ -155,6 +167,7 @@ def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
             d["verdict"] = verdict(d, source=a, receiver=b, weight=cfg.exchange.weight)
             directions[key] = d
     verdicts = [grpo_verdict(m, name=name) for name, m in models.items()]
+    verdicts += [resample_verdict(m, name=name) for name, m in models.items()]
     verdicts += [d["verdict"] for d in directions.values()]
     return {
         "steps": len(raw["steps"]),

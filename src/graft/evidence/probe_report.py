@@ -23,6 +23,16 @@ MEANING = (
 )
 
 
+RESAMPLE_MEANING = (
+    "What GRPO with dynamic sampling (models.N.zero_contrast.mode=resample) would spend per step "
+    "for each model alone, from its measured mixed share: each round samples as many fresh "
+    "prompts as the batch misses, and a place of the batch stays empty after r rounds with "
+    "probability (1 - mixed)^(r + 1). Intervals come from the mixed share's interval; "
+    "max_responses is not modelled. GRAFT fills a receiver's all-fail places from a peer's "
+    "groups instead, without sampling (its forecast is under Directions)."
+)
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -61,6 +71,32 @@ def model_lines(summary: Mapping[str, Any]) -> list[str]:
             _share(m["mixed"]),
             " / ".join(_pct(m["mixed_if_n"][str(k * n)]) for k in (1, 2, 4)),
         ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def resample_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What dynamic sampling (`zero_contrast.mode=resample`) would cost each model alone."""
+    lines = [
+        "| model | mixed | extra responses to fill a step | extra rounds to fill | within "
+        "max_rounds: extra responses / mean fill / full steps |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in summary["models"].items():
+        r = m["resample"]
+
+        def num(key: str, r=r) -> str:
+            v = r[key]
+            if v["mean"] is None:
+                return "never"
+            high = "never" if v["high"] is None else f"{v['high']:.1f}"
+            return f"{v['mean']:.1f} [{v['low']:.1f}, {high}]"
+
+        within = (
+            f"{r['max_rounds']}: {num('responses')} / {_pct(r['fill']['mean'])} / "
+            f"{_pct(r['full']['mean'])}"
+        )
+        cells = [_share(m["mixed"]), num("responses_to_fill"), num("rounds_to_fill"), within]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -118,6 +154,14 @@ def markdown(summary: Mapping[str, Any], *, seconds: float) -> str:
         "## Models",
         "",
         *model_lines(summary),
+        "",
+    ]
+    text += [
+        "## Dynamic sampling instead",
+        "",
+        RESAMPLE_MEANING,
+        "",
+        *resample_lines(summary),
         "",
     ]
     if summary["directions"]:

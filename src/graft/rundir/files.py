@@ -209,5 +209,12 @@ def check_metrics(run_dir: Path) -> None:
         _records(run_dir / "metrics.jsonl", warn=lambda _message: None)
 
 
+def is_timing(key: str) -> bool:
+    """A metric that measures time (`time/..._s`, `tokens_per_s`, the cost's `..._cpu_s` and
+    `..._gpu_s`): every one ends in `_s`, and two runs that compute the same numbers differ there
+    only."""
+    return key.endswith("_s")
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [record for _, record in _records(Path(run_dir) / "metrics.jsonl")]

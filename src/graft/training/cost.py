@@ -4,7 +4,7 @@ Each policy keeps a `Meter` in the process that holds it (the driver, a worker p
 actor). Its counts only grow; the trainer reads them before and after a step (`Backend.usage`), so
 a step's cost is the difference, and evaluation, which runs between steps, is left out.
 
-Counted per policy (docs/cost.md):
+Counted per policy (docs/method.md, "What a run costs"):
 - `responses`, `gen_tokens`: responses sampled and their tokens;
 - `prompt_tokens`: the prompt tokens sampling ran over, each response's prompt counted in full;
 - `forward_tokens`: tokens (prompt and response) of forward passes without a backward: scoring
