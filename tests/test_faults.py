@@ -337,6 +337,25 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+def signal_when_ready(command: list[str], ready: Path, sig: int) -> tuple[subprocess.Popen, str]:
+    """Start `command`, send it `sig` once it has written the file `ready` (it waits there), and
+    wait for it to end; the process and its stderr."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not ready.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run never reached the point it waits at"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc, err
+
+
 def test_ctrl_c_mid_step_stops_in_one_line_and_resumes_exactly(runs, tmp_path, capsys):
     """SIGINT to `graft train` in the middle of step 3: exit 130, one line saying where the run
     stands, the checkpoint of step 2 intact; the resume ends with the uninterrupted run's
@@ -344,19 +363,7 @@ def test_ctrl_c_mid_step_stops_in_one_line_and_resumes_exactly(runs, tmp_path, c
     run, ready = tmp_path / "interrupted", tmp_path / "ready"
     sets = _sets(*SMALL, f"models.0.path={runs['model']}", "run.steps=4", "run.save_every=1")
     command = [sys.executable, "-c", INTERRUPTIBLE, str(ready), "train", "--out", str(run), *sets]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 600
-        while not ready.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run never reached step 3"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc, err = signal_when_ready(command, ready, signal.SIGINT)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.startswith("graft:")]

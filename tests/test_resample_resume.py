@@ -5,9 +5,7 @@ killed (the extra prompts and seeds are pure functions of the run seed, step and
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -15,7 +13,7 @@ import torch
 from graft.cli import main
 from graft.rundir import is_timing, read_metrics
 from graft.store import TrajectoryStore
-from test_faults import SMALL, _sets, _train, _weights
+from test_faults import SMALL, _sets, _train, _weights, signal_when_ready
 
 KILLABLE = """
 import pathlib, sys, time
@@ -51,19 +49,7 @@ def test_a_resampling_run_killed_mid_step_resumes_bit_exactly(tiny_paths, tmp_pa
     run, ready = tmp_path / "killed", tmp_path / "ready"
     sets = _sets(*SMALL, f"models.0.path={tiny_paths['llama']}", *resample)
     command = [sys.executable, "-c", KILLABLE, str(ready), "train", "--out", str(run), *sets]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 600
-        while not ready.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run never reached step 3"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc, _ = signal_when_ready(command, ready, signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL
     assert main(["train", "--resume", str(run)]) == 0
     a, b = _weights(straight, 4), _weights(run, 4)
