@@ -22,7 +22,8 @@ Checks, each printing `gpu_check: NAME: PASS|FAIL|SKIP [device] numbers (seconds
                      log-probs within 0.25 (2e-2 on average), the loss within 0.25
   bf16_weights_move  3 updates at lr 1e-6 with bfloat16 compute: every weight moves (pure
                      bfloat16 weights, reported beside it, lose most updates)
-  grpo_run           `graft train configs/grpo_tiny.yaml`, 3 steps on the device, bf16 compute
+  grpo_run           `graft train configs/grpo_tiny.yaml`, 3 steps on the device, bf16 compute,
+                     dynamic sampling on (zero_contrast.mode=resample); device seconds counted
   graft_run          `graft train configs/graft_tiny.yaml`, 3 steps, both policies on the device
   update_speed       update (forward, backward, AdamW) of a ~110M-parameter Llama built from a
                      config, bf16 compute: tokens/s and model-FLOPs utilization (MFU)
@@ -235,13 +236,13 @@ def check_bf16_weights_move(ctx: Context) -> dict:
     return {"moved_master_fp32": changed["master_fp32"], "moved_pure_bf16": changed["pure_bf16"]}
 
 
-def _train_run(ctx: Context, name: str, config: str, models: int) -> dict:
+def _train_run(ctx: Context, name: str, config: str, models: int, *extra: str) -> dict:
     from graft.cli import main
     from graft.rundir import read_metrics
 
     out = ctx.out / name
     sets = ["run.steps=3", "run.save_every=0", "eval.every=0", "run.progress=false"]
-    sets += ["run.backend=inprocess"]
+    sets += ["run.backend=inprocess", *extra]
     for i, key in enumerate(TINY[:models]):
         sets += [f"models.{i}.path={ctx.paths[key]}", f"models.{i}.device={ctx.device}"]
         sets += [f"models.{i}.dtype=bfloat16"]
@@ -256,6 +257,16 @@ def _train_run(ctx: Context, name: str, config: str, models: int) -> dict:
     expect(bool(ratios) and all(abs(x - 1) < 0.05 for x in ratios), f"ratio means {ratios}")
     nums = {"step_s_median": sorted(r["time/step_s"] for r in records)[1]}
     nums["ratio_mean_max_dev"] = max(abs(x - 1) for x in ratios)
+    last = records[-1]  # the run's cost, counted where the work ran
+    nums["gflops_per_step"] = last["cost/cum/flops"] / 3e9
+    seconds = {k: v for k, v in last.items() if k.startswith("cost/cum/") and k.endswith("_gpu_s")}
+    if ctx.device.startswith("cuda"):
+        phases = {"cost/cum/generate_gpu_s", "cost/cum/train_gpu_s"}
+        expect(phases <= set(seconds), f"device seconds missing: {sorted(seconds)}")
+        expect(all(seconds[k] > 0 for k in phases), f"device seconds {seconds}")
+        nums["gpu_s_per_step"] = sum(seconds.values()) / 3
+    else:
+        expect(not seconds, f"device seconds counted on {ctx.device}: {sorted(seconds)}")
     if models > 1:  # peer groups selected and peer responses admitted, both ways, 3 steps
         for what in ("selected", "admitted"):
             nums[what] = float(sum(v for r in records for k, v in r.items() if k.endswith(what)))
@@ -263,7 +274,10 @@ def _train_run(ctx: Context, name: str, config: str, models: int) -> dict:
 
 
 def check_grpo_run(ctx: Context) -> dict:
-    return _train_run(ctx, "grpo_run", "configs/grpo_tiny.yaml", 1)
+    # dynamic sampling on: the extra rounds sample on the device too
+    return _train_run(
+        ctx, "grpo_run", "configs/grpo_tiny.yaml", 1, "models.0.zero_contrast.mode=resample"
+    )
 
 
 def check_graft_run(ctx: Context) -> dict:

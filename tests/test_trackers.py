@@ -175,6 +175,7 @@ def test_every_tracker_gets_the_metrics_config_and_curves_and_a_resume_continues
     want = _expected(run_dir)
     assert sorted(want) == [0, 1, 2, 3, 4]
     assert any("@" in k for k in want[4]), "the evaluation's avg@k keys are among the metrics"
+    assert {"cost/flops", "cost/cum/flops", "contrast/fill_frac"} <= set(want[4])  # cost too
 
     board, board_images = _tensorboard(run_dir)
     _close({s: {k: v for k, v in m.items()} for s, m in want.items()}, board, rel=1e-6)  # float32
