@@ -58,6 +58,9 @@ def world(tmp_path_factory, tiny_paths):
     (files / "dir.jsonl").mkdir()
     (files / "dir.jsonl" / "part-0.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
     _damaged_parquet(files / "damaged.parquet")
+    _peer_store(files / "wrong_store", answers="wrong", verifier="final_number")
+    _peer_store(files / "math_store", answers="latex", verifier="math")
+    _peer_store(files / "good_store", answers="right", verifier="final_number")
     for name, damage in (("run.json", "{garbage"), ("metrics.jsonl", "not json\n")):
         copy = files / f"garbage_{name.split('.')[0]}_run"  # resumable, but one file is garbage
         shutil.copytree(run, copy)
@@ -82,6 +85,32 @@ def world(tmp_path_factory, tiny_paths):
     text = (run / "config.yaml").read_text()
     (other_suites / "config.yaml").write_text(text.replace("- test", "- val"))
     return {"run": run, "files": files, "store": run / "trajectories", "model": tiny_paths["llama"]}
+
+
+def _peer_store(path: Path, *, answers: str, verifier: str) -> None:
+    """A peer's store of 4 prompts x 2 responses: all right, all wrong, or another task's (LaTeX
+    answers, verified with the math verifier)."""
+    from graft.store import Provenance, StoreWriter, group_rows
+    from graft.training.groups import make_groups
+    from graft.types import Completion, Problem, Rollout, Verdict
+
+    rollouts, verdicts = [], []
+    for i in range(4):
+        if answers in ("wrong", "right"):
+            problem = Problem(f"{i}+1=", str(i + 1))
+            text = str(i + 1) if answers == "right" else str(i + 50)
+        else:
+            problem, text = (
+                Problem(f"Simplify x^{i} x", f"x^{{{i + 1}}}"),
+                f"$\\boxed{{x^{i + 1}}}$",
+            )
+        comps = tuple(Completion(text, (5, 6), (-0.5, -0.5), "stop") for _ in range(2))
+        rollouts.append(Rollout(problem, "peer", (1, 2), comps))
+        verdicts.append((Verdict("wrong" if answers == "wrong" else "correct"),) * 2)
+    prov = Provenance("r", "peer", "", "", verifier, "", 1.0, 1.0, 0, 8)
+    writer = StoreWriter(str(path), run_id="r", run_meta={}, background=False)
+    writer.write("peer", 0, group_rows(make_groups(rollouts, verdicts), step=0, prov=prov))
+    writer.close()
 
 
 def _damaged_parquet(path: Path) -> None:
@@ -114,8 +143,10 @@ def _snapshot(*roots: Path) -> dict[str, tuple]:
 
 
 R, F, S, M = "{run}", "{files}", "{store}", "{model}"
+G = "{files}/good_store"  # a peer's store with correct responses
 NEW = "{files}/new_run"  # a fresh run directory: must not be created by a failing command
 TRAIN_NEW = ["train", "--out", NEW]
+SFT_NEW = ["sft", "--out", NEW, *sets(*SMALL, f"models.0.path={M}"), "--store"]
 NOUSER = "~graft-no-such-user"  # a `~user` path that does not resolve
 MATH = "task.name=math"
 
@@ -237,6 +268,26 @@ CASES = [
     ("config-not-utf8", ["train", f"{F}/binary.yaml", "--out", NEW], "binary.yaml is not UTF-8"),
     ("config-is-a-directory", ["train", f"{F}/notamodel", "--out", NEW], "is a directory"),
     ("config-tilde-user", ["train", f"{NOUSER}/c.yaml", "--out", NEW], NOUSER),
+    # ---------------------------------------------------------------- graft sft
+    ("sft-no-store", ["sft", "--out", NEW, *sets(*SMALL, f"models.0.path={M}")], "sft.store"),
+    ("sft-store-missing", [*SFT_NEW, f"{F}/nostore"], "nostore"),
+    ("sft-no-correct-response", [*SFT_NEW, f"{F}/wrong_store"], "wrong_store"),
+    ("sft-another-tasks-store", [*SFT_NEW, f"{F}/math_store"], "math_store"),
+    ("sft-unknown-peer", [*SFT_NEW, G, *sets("sft.peer_model=nobody")], "sft.peer_model"),
+    (
+        "sft-model-does-not-load",
+        ["sft", "--out", NEW, "--store", G, *sets(*SMALL, f"models.0.path={F}/notamodel")],
+        "notamodel",
+    ),
+    (
+        "sft-two-models",
+        [*SFT_NEW, G, *sets("models=[{{path: a}}, {{name: b, path: c}}]")],
+        "models",
+    ),
+    ("sft-val-fraction", [*SFT_NEW, G, *sets("sft.val_fraction=0.95")], "sft.val_fraction"),
+    ("sft-batch-zero", [*SFT_NEW, G, *sets("sft.batch_size=0")], "sft.batch_size"),
+    ("sft-resume-with-store", ["sft", "--resume", R, "--store", G], "--store"),
+    ("sft-all-held-out", [*SFT_NEW, G, *sets("sft.val_fraction=0.9", "run.seed=3")], "held-out"),
     # ---------------------------------------------------------------- data files
     (
         "data-file-missing",

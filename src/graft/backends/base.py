@@ -1,10 +1,10 @@
 """The backend interface and its one implementation, over batches of per-policy calls.
 
-Every backend method (generate, import_responses, train, usage, describe, save, load) becomes one
-call `(method, args, kwargs)` per named policy, handed to `_call` as a batch. The transports
-(policies in this process, worker processes, Ray actors) differ only in how `_call` carries out the
-batch and takes the answers. Only plain data crosses: graft's records (`graft.types`), strings and
-numbers.
+Every backend method (generate, import_responses, encode_responses, score, train, usage, describe,
+save, load) becomes one call `(method, args, kwargs)` per named policy, handed to `_call` as a
+batch. The transports (policies in this process, worker processes, Ray actors) differ only in how
+`_call` carries out the batch and takes the answers. Only plain data crosses: graft's records
+(`graft.types`), strings and numbers.
 """
 
 from __future__ import annotations
@@ -154,6 +154,26 @@ class Backend(ABC):
         calls = {
             name: ("import_responses", (list(reqs),), {"too_long": too_long})
             for name, reqs in requests.items()
+        }
+        return self._call(calls, keep)
+
+    def encode_responses(
+        self, requests: Mapping[str, Sequence[PeerResponse]], *, too_long: str
+    ) -> dict[str, list[Imported]]:
+        """Each named policy's `Policy.encode_responses`: the texts in its tokens, unscored."""
+        calls = {
+            name: ("encode_responses", (list(reqs),), {"too_long": too_long})
+            for name, reqs in requests.items()
+        }
+        return self._call(calls, keep)
+
+    def score(
+        self, sequences: Mapping[str, tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]]
+    ) -> dict[str, list[tuple[float, ...]]]:
+        """Each named policy's `Policy.score` of its (prompts, responses): behavior log-probs."""
+        calls = {
+            name: ("score", (list(prompts), list(responses)), {})
+            for name, (prompts, responses) in sequences.items()
         }
         return self._call(calls, keep)
 

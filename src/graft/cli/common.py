@@ -76,3 +76,54 @@ def add_report_to_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--project", default="graft", help="tracker project or experiment (default: graft)"
     )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--set, --out, --resume and --overwrite: the arguments of a command that writes a run."""
+    add_set_argument(parser)
+    parser.add_argument("--out", help="run directory (overrides run.out_dir)")
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in a run directory that holds a run: the old run is moved aside to "
+        "RUN_DIR.old-N (never deleted)",
+    )
+
+
+def run_config(args: argparse.Namespace):
+    """(config, run directory, resume?) of a command that writes a run, every check of the
+    arguments and of the directory made before anything is written."""
+    from graft.config.lib import ConfigError
+    from graft.preflight import check_writable_dir, resolved
+    from graft.rundir import refuse_reuse, same_models
+
+    resume = args.resume is not None
+    if resume:
+        run_dir = resolved(args.resume, "--resume")
+        for flag, given in (("a config file", args.config), ("--out", args.out)):
+            if given is not None:
+                raise ConfigError(
+                    f"--resume {run_dir} reads the run's own config.yaml; do not pass {flag} "
+                    f"({given!r})"
+                )
+        if args.overwrite:
+            raise ConfigError("--resume continues a run and --overwrite moves it aside; pick one")
+        if not (run_dir / "config.yaml").is_file():
+            raise FileNotFoundError(f"--resume {run_dir}: no config.yaml in that directory")
+        cfg = load(str(run_dir / "config.yaml"), args.overrides, str(run_dir))
+        same_models(load(str(run_dir / "config.yaml"), ()), cfg, run_dir)
+        check_writable_dir(run_dir, "--resume")
+        return cfg, run_dir, True
+    if args.out is not None and not args.out.strip():
+        raise ConfigError("--out: empty; name the run directory")
+    cfg = load(args.config, args.overrides, args.out)
+    key = "--out" if args.out is not None else "run.out_dir"
+    run_dir = resolved(cfg.run.out_dir, key)
+    cfg = with_out_dir(cfg, str(run_dir))  # `~` expanded
+    if not args.overwrite:
+        refuse_reuse(run_dir)
+    check_writable_dir(run_dir, key)
+    return cfg, run_dir, False

@@ -134,6 +134,7 @@ def validate(cfg: Config) -> None:
     _check_task(cfg)
     _check_exchange(cfg)
     _check_eval(cfg)
+    _check_sft(cfg)
     v = cfg.verify
     _count(v.workers, "verify.workers", 1, MAX_PROCESSES)
     _number(v.timeout_s, "verify.timeout_s", 0, open_low=True)
@@ -357,6 +358,14 @@ def _check_eval(cfg: Config) -> None:
     for i, suite in enumerate(e.suites):
         _check(bool(suite), f"eval.suites.{i}", "must not be empty")
         _check_path(suite, f"eval.suites.{i}")
+
+
+def _check_sft(cfg: Config) -> None:
+    f = cfg.sft
+    _number(f.val_fraction, "sft.val_fraction", 0, 0.9, note=" (a share of the store's prompts)")
+    _count(f.batch_size, "sft.batch_size", 1, MAX_SEQUENCES)
+    _count(f.max_per_prompt, "sft.max_per_prompt", 0, note=" (0: all)")
+    _check_path(f.store, "sft.store")
 
 
 def make_plan(cfg: Config) -> Plan:

@@ -407,6 +407,27 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class SftConfig:
+    store: str = ""
+    """`graft sft`: the trajectory store whose verified-correct responses the policy learns from
+    (a run's `trajectories/` folder, path or URI), such as a peer's run."""
+    peer_model: str = ""
+    """The model in the store whose responses are used; empty: the only model there."""
+    peer_run: str = ""
+    """The run in the store; empty: the only run of that model."""
+    val_fraction: float = 0.1
+    """Share of the store's prompts held out (chosen by a hash of the prompt id and run.seed):
+    their responses give the validation loss, the prompts the held-out accuracy that picks the
+    best checkpoint."""
+    batch_size: int = 32
+    """Responses per optimizer step (their tokens averaged together: token-mean NLL); the
+    forward and backward run in algo.micro_batch_size pieces with the same gradient."""
+    max_per_prompt: int = 0
+    """At most this many distinct correct responses per prompt (the first ones the store holds);
+    0: all."""
+
+
+@dataclass(frozen=True)
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     """Where and how long to run."""
@@ -426,6 +447,9 @@ class Config:
     """The verifier pool."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Held-out evaluation during training."""
+    sft: SftConfig = field(default_factory=SftConfig)
+    """`graft sft`: supervised fine-tuning on a store's verified-correct responses (not used by
+    `graft train`)."""
 
     def __post_init__(self) -> None:
         validate(self)  # once, when the config is made: from YAML, in code or by replace()

@@ -45,6 +45,7 @@ IGNORED_KEYS = (
     "run.ray_strategy",
     "store.",
     "eval.",  # compared through the evaluation setup instead
+    "sft.",  # `graft sft` only; a run that starts from an SFT checkpoint names it in its path
     "verify.workers",
     "exchange.store",
     "exchange.peer_run",

@@ -46,18 +46,7 @@ class StoredPeer:
             raise DamagedShardError(f"exchange.store: {err}; {SKIP_HINT}") from None
         except StoreError as err:
             raise StoreError(f"exchange.store: {err}") from None
-        models = sorted(info["models"])
-        if cfg.peer_model:
-            if cfg.peer_model not in info["models"]:
-                raise ConfigError(
-                    f"exchange.peer_model: no model {cfg.peer_model!r} in {cfg.store}; "
-                    f"models there: {models}"
-                )
-            self.model = cfg.peer_model
-        elif len(models) == 1:
-            self.model = models[0]
-        else:
-            raise ConfigError(f"exchange.peer_model: {cfg.store} holds models {models}; pick one")
+        self.model = self.store.pick_model(cfg.peer_model, key="exchange.peer_model")
         self.run_id = cfg.peer_run or None
         self.store.index(self.model, self.run_id)  # fails early on an ambiguous run
         self.name = f"stored:{self.model}"

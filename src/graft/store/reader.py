@@ -287,7 +287,21 @@ class TrajectoryStore:
         return pa.concat_tables(tables)
 
     # ----------------------------------------------------------------- lookups
-    def _resolve_run(self, model: str, run_id: str | None) -> str:
+    def pick_model(self, wanted: str, *, key: str) -> str:
+        """The model `wanted` (config key `key`), or the only model when `wanted` is empty; one
+        line naming the models here otherwise."""
+        models = sorted({s.model for s in self.shards()})
+        if wanted:
+            if wanted not in models:
+                raise StoreError(
+                    f"{key}: no model {wanted!r} in {self.uri}; models there: {models}"
+                )
+            return wanted
+        if len(models) != 1:
+            raise StoreError(f"{key}: {self.uri} holds models {models}; pick one")
+        return models[0]
+
+    def resolve_run(self, model: str, run_id: str | None) -> str:
         runs = sorted({s.run_id for s in self.shards(model=model)})
         if run_id is not None:
             if run_id not in runs:
@@ -304,7 +318,7 @@ class TrajectoryStore:
 
     def index(self, model: str, run_id: str | None = None) -> dict[str, list[tuple[int, Shard]]]:
         """prompt id -> [(step, shard)] for one model's run, from the light columns only."""
-        run = self._resolve_run(model, run_id)
+        run = self.resolve_run(model, run_id)
         key = (model, run)
         if key not in self._index:
             entries: dict[str, list[tuple[int, Shard]]] = {}

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from graft.config import TaskConfig
+from graft.config import TaskConfig, VerifyConfig
 from graft.types import Problem
+
+T = TypeVar("T")
 
 
 class Task(Protocol):
@@ -44,10 +46,28 @@ def build_task(cfg: TaskConfig) -> Task:
     return TASKS[cfg.name](cfg)
 
 
+def run_verifier(verify: VerifyConfig, task: Task) -> str:
+    """The verifier a run scores with: `verify.verifier`, else the task's own, with the answer
+    extraction of `verify.extract`; checked to exist (a ConfigError naming the key)."""
+    from graft.config import ConfigError
+    from graft.tasks.verify import resolve_verifier, verifier_for_extract
+
+    try:
+        verifier = verifier_for_extract(verify.verifier or task.verifier, verify.extract)
+    except ValueError as err:
+        raise ConfigError(f"verify.extract: {err}") from None
+    try:
+        resolve_verifier(verifier)
+    except (ValueError, ImportError) as err:
+        raise ConfigError(f"verify.verifier: {err}") from None
+    return verifier
+
+
 def prompt_batch(
-    problems: tuple[Problem, ...], *, step: int, batch_size: int, seed: int
-) -> tuple[Problem, ...]:
-    """The problems of rollout step `step`: epochs over a seeded permutation, stateless.
+    problems: tuple[T, ...], *, step: int, batch_size: int, seed: int
+) -> tuple[T, ...]:
+    """The problems of rollout step `step`: epochs over a seeded permutation, stateless (any
+    items: `graft sft` draws its examples the same way).
 
     Being a pure function of (seed, step) makes resume exact without storing a data cursor, and
     gives every policy of a run the same prompts.
@@ -55,7 +75,7 @@ def prompt_batch(
     if not problems:
         raise ValueError("the task has no training problems")
     n = len(problems)
-    out: list[Problem] = []
+    out: list[T] = []
     start = step * batch_size
     for pos in range(start, start + batch_size):
         epoch, index = divmod(pos, n)

@@ -8,6 +8,7 @@ actors) using only the plain records of `graft.types`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -182,10 +183,22 @@ class Policy:
             return self._import(requests, too_long=too_long)
 
     def _import(self, requests: Sequence[PeerResponse], *, too_long: str) -> list[Imported]:
+        encoded = self.encode_responses(requests, too_long=too_long)
+        usable = [i for i, imp in enumerate(encoded) if not imp.drop]
+        prompts = [encoded[i].prompt_ids for i in usable]
+        scores = self.score(prompts, [encoded[i].response_ids for i in usable]) if usable else []
+        for i, logprobs in zip(usable, scores, strict=True):
+            encoded[i] = dataclasses.replace(encoded[i], logprobs=logprobs)
+        return encoded
+
+    def encode_responses(
+        self, requests: Sequence[PeerResponse], *, too_long: str = "drop"
+    ) -> list[Imported]:
+        """Response strings in this policy's own tokenization, by the rules of `import_responses`,
+        without log-probs (`graft sft` trains on them as they are)."""
         limit = self.spec.rollout.max_new_tokens
         eos = int(self.tokenizer.eos_token_id)
-        out: list[Imported | None] = []
-        keep_prompts, keep_responses, keep_at = [], [], []
+        out: list[Imported] = []
         for req in requests:
             prompt_ids = self.prompt_ids(req.task_prompt)
             ids = list(self.tokenizer.encode(req.text, add_special_tokens=False))
@@ -196,19 +209,9 @@ class Policy:
             if len(ids) > limit and too_long == "truncate":
                 ids, truncated = ids[:limit], True
             drop = "empty" if not ids else "too_long" if len(ids) > limit else ""
-            if drop:
-                out.append(Imported(prompt_ids, (), (), drop=drop, roundtrip_ok=roundtrip))
-                continue
-            out.append(None)
-            keep_at.append((len(out) - 1, prompt_ids, tuple(ids), truncated, roundtrip))
-            keep_prompts.append(prompt_ids)
-            keep_responses.append(ids)
-        scores = self.score(keep_prompts, keep_responses) if keep_prompts else []
-        for (pos, prompt_ids, ids, truncated, roundtrip), logprobs in zip(keep_at, scores):
-            out[pos] = Imported(
-                prompt_ids, ids, logprobs, truncated=truncated, roundtrip_ok=roundtrip
-            )
-        return [imp for imp in out if imp is not None]
+            kept = () if drop else tuple(ids)
+            out.append(Imported(prompt_ids, kept, (), drop, truncated, roundtrip_ok=roundtrip))
+        return out
 
     def _set_lr(self) -> float:
         self.num_updates += 1
@@ -250,8 +253,6 @@ class Policy:
         return stats
 
     def _recompute_old(self, groups: Sequence[TrainGroup]) -> list[TrainGroup]:
-        import dataclasses
-
         seqs = [q for g in groups for q in g.sequences]
         old = self.score([q.prompt_ids for q in seqs], [q.response_ids for q in seqs])
         it = iter(old)

@@ -28,11 +28,10 @@ from graft.rundir import MetricsLog, move_aside, policy_prefix, read_metrics, wr
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
-from graft.tasks import Task, build_task, extra_prompts, prompt_batch
+from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
 from graft.tasks.golds import check_golds, require_golds, usable_problems
 from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
-from graft.tasks.verify import resolve_verifier, verifier_for_extract
 from graft.training.contrast import Budget, settle
 from graft.training.cost import CostLog, last_cumulative, step_cost
 from graft.training.groups import group_metrics, make_groups, self_train_group
@@ -71,16 +70,7 @@ class Trainer:
                 self.val_suite = val.name
                 if val.name not in {s.name for s in self.eval_suites}:
                     self.eval_suites.append(val)
-        try:
-            self.verifier = verifier_for_extract(
-                cfg.verify.verifier or self.task.verifier, cfg.verify.extract
-            )
-        except ValueError as err:
-            raise ConfigError(f"verify.extract: {err}") from None
-        try:
-            resolve_verifier(self.verifier)
-        except (ValueError, ImportError) as err:
-            raise ConfigError(f"verify.verifier: {err}") from None
+        self.verifier = run_verifier(cfg.verify, self.task)
         # Evaluation uses each suite's own verifier unless the config names one or an extraction.
         custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
         self.eval_verifier = self.verifier if custom else None

@@ -1,0 +1,271 @@
+"""The `graft sft` run: a store's verified-correct responses, in the policy's own tokens, learned
+by token-mean negative log-likelihood.
+
+Each step takes `sft.batch_size` training responses (epochs over a seeded permutation, a pure
+function of the run seed and the step, so a resume continues exactly) and takes one AdamW step
+on the mean NLL over all their response tokens. The forward and backward run in
+`algo.micro_batch_size` pieces whose per-token coefficients are computed over the whole batch
+first (`graft.training.loss.loss_coefficients`), so the gradient does not depend on the split.
+At step 0, every `eval.every` steps and at the end: the NLL of the held-out responses
+(`sft/val_loss`), the held-out prompts' accuracy (`eval/sft_val/avg@k`, sampled as `eval`
+says), which picks `checkpoints/best`, and the `eval.suites` when `eval.every` > 0.
+
+The run directory is a training run's: config.yaml, metrics.jsonl (with the cost counts of
+`graft.training.cost`), checkpoints (model, tokenizer, AdamW state: a checkpoint is a model path
+`graft train` takes), summary.json, trackers; and `sft_data.json`, what the store gave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from graft.backends import Backend, make_backend, policy_specs
+from graft.config import Config, ConfigError, to_dict
+from graft.errors import DataError, RunStopped
+from graft.eval.evaluate import evaluate_once
+from graft.eval.suites import Suite, check_suite_golds, load_suites
+from graft.rollout import SamplingParams
+from graft.rundir import MetricsLog, move_aside, read_metrics, write_json, write_summary
+from graft.rundir.book import RunBook, where_it_stands
+from graft.rundir.trackers import check_trackers, open_trackers
+from graft.seeds import derive_seed
+from graft.sft.data import Example, Examples, read_examples
+from graft.tasks import build_task, prompt_batch, run_verifier
+from graft.tasks.pool import VerifierPool
+from graft.training.cost import CostLog, last_cumulative, step_cost
+from graft.training.progress import progress_bar, warn
+from graft.training.trainer import RunResult
+from graft.types import PeerResponse, TrainGroup, TrainSequence
+
+VAL_SUITE = "sft_val"
+"""The held-out prompts of the store, as an evaluation suite."""
+
+
+def sft_backend(cfg: Config) -> Backend:
+    """The one policy, its update one AdamW step per call over all the sequences it is given."""
+    specs = policy_specs(cfg)
+    specs = [
+        dataclasses.replace(s, update=dataclasses.replace(s.update, minibatches=1, epochs=1))
+        for s in specs
+    ]
+    return make_backend(specs, cfg.run.backend, ray_strategy=cfg.run.ray_strategy)
+
+
+class SftRun:
+    """Every check before anything is written: the config, the store and what it holds, the
+    model; then `run` writes the run directory."""
+
+    def __init__(self, cfg: Config) -> None:
+        if len(cfg.models) != 1:
+            raise ConfigError(
+                f"models: graft sft trains one policy; the config lists {len(cfg.models)}"
+            )
+        if not cfg.sft.store:
+            raise ConfigError("sft.store: name the trajectory store to learn from (--store)")
+        check_trackers(cfg.run.report_to)
+        self.cfg = cfg
+        task = build_task(cfg.task)
+        self.verifier = run_verifier(cfg.verify, task)
+        custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
+        self.eval_verifier = self.verifier if custom else None
+        self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
+        try:
+            self.examples = read_examples(
+                cfg.sft, pool=self.pool, verifier=self.verifier, seed=cfg.run.seed
+            )
+            self.suites = self._suites()
+            self.backend = sft_backend(cfg)
+        except BaseException:
+            self.pool.close()
+            raise
+        self.name = self.backend.names[0]
+        self.prefix = {self.name: ""}
+        try:
+            self.train_set, self.val_set, self.counts = self._encode(self.examples)
+        except BaseException:
+            self.close()
+            raise
+        self.costs = CostLog(self.prefix)
+
+    def _suites(self) -> list[Suite]:
+        e = self.cfg.eval
+        suites = load_suites(e.suites, task=self.cfg.task, limit=e.num_problems) if e.every else []
+        suites = check_suite_golds(
+            suites,
+            self.pool,
+            max_fraction=self.cfg.verify.max_unparseable_golds,
+            verifier=self.eval_verifier,
+        )
+        if self.examples.val:
+            suites.append(Suite(VAL_SUITE, self.examples.val_problems, self.verifier))
+        return suites
+
+    def _encode(
+        self, examples: Examples
+    ) -> tuple[tuple[TrainSequence, ...], tuple[TrainSequence, ...], dict[str, int]]:
+        """Training and held-out responses in the policy's tokens (its template and EOS; longer
+        than rollout.max_new_tokens: left out and counted)."""
+        sets, counts = [], dict(examples.counts)
+        for split, chosen in (("train", examples.train), ("val", examples.val)):
+            seqs, dropped = self._sequences(chosen)
+            sets.append(seqs)
+            counts[f"{split}_too_long"] = dropped
+        if not sets[0]:
+            raise DataError(
+                f"sft.store {self.cfg.sft.store}: every training response is longer than "
+                f"rollout.max_new_tokens={self.cfg.rollout.max_new_tokens} in {self.name}'s tokens"
+            )
+        return sets[0], sets[1], counts
+
+    def _sequences(self, chosen: tuple[Example, ...]) -> tuple[tuple[TrainSequence, ...], int]:
+        if not chosen:
+            return (), 0
+        requests = [
+            PeerResponse(i, 0, e.problem.prompt, e.text, e.stopped) for i, e in enumerate(chosen)
+        ]
+        encoded = self.backend.encode_responses({self.name: requests}, too_long="drop")
+        seqs = tuple(
+            TrainSequence(
+                imp.prompt_ids,
+                imp.response_ids,
+                (0.0,) * len(imp.response_ids),
+                0.0,
+                objective="sft",
+            )
+            for imp in encoded[self.name]
+            if not imp.drop
+        )
+        return seqs, len(chosen) - len(seqs)
+
+    # ------------------------------------------------------------------ steps
+    def step(self, step: int) -> dict[str, float]:
+        """One AdamW step on the token-mean NLL of the step's responses."""
+        cfg = self.cfg
+        batch = prompt_batch(
+            self.train_set, step=step, batch_size=cfg.sft.batch_size, seed=cfg.run.seed
+        )
+        before = self.backend.usage()
+        stats = self.backend.train(
+            {self.name: [TrainGroup("sft", batch)]},
+            seeds={self.name: derive_seed(cfg.run.seed, step, self.name, "update")},
+        )[self.name]
+        after = self.backend.usage()
+        if stats.get("optim/nonfinite_steps", 0.0) > 0 and cfg.algo.nonfinite == "stop":
+            raise RunStopped(
+                f"policy {self.name!r}: non-finite loss or gradient norm at step {step + 1}; "
+                f"stopped before its optimizer step, {where_it_stands(Path(cfg.run.out_dir))}"
+            )
+        metrics = {
+            "sft/loss": stats["loss/policy"],
+            "sft/tokens": stats["train/tokens"],
+            "grad_norm": stats["grad_norm"],
+            "optim/lr": stats["optim/lr"],
+            "time/train_s": stats["time/fwd_bwd_s"] + stats["time/optim_s"],
+        }
+        metrics.update(
+            self.costs.metrics({self.name: step_cost(before[self.name], after[self.name])})
+        )
+        return metrics
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """The held-out responses' NLL per token, and every suite's accuracy."""
+        out: dict[str, float] = {}
+        if self.val_set:
+            seqs = {
+                self.name: (
+                    [q.prompt_ids for q in self.val_set],
+                    [q.response_ids for q in self.val_set],
+                )
+            }
+            logp = self.backend.score(seqs)[self.name]
+            out["sft/val_loss"] = -sum(map(sum, logp)) / sum(map(len, logp))
+        e = self.cfg.eval
+        params = SamplingParams(
+            e.max_new_tokens or self.cfg.rollout.max_new_tokens, e.temperature, e.top_p, 0
+        )
+        results = evaluate_once(
+            self.backend,
+            self.suites,
+            pool=self.pool,
+            k=e.samples,
+            params=params,
+            seed=derive_seed(self.cfg.run.seed, step, "eval"),
+            verifier=self.eval_verifier,
+        )
+        out.update(results[self.name])
+        return out
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.cfg.eval.every
+        return step == self.cfg.run.steps or (every > 0 and step % every == 0)
+
+    # ------------------------------------------------------------------ the run
+    def run(self, run_dir: Path, *, resume: bool = False) -> RunResult:
+        cfg = self.cfg
+        book = RunBook(cfg, run_dir, self.backend, prefix=self.prefix, warn=warn)
+        start, damaged = book.resume_point() if resume else (0, [])
+        if resume and start == cfg.run.steps:
+            return RunResult(run_dir, start, {}, finished_before=True)
+        book.start(resume=resume, damaged=damaged, workers=self.backend.describe())
+        write_json(run_dir / "sft_data.json", {"store": cfg.sft.store, **self.counts})
+        trackers = open_trackers(
+            cfg.run.report_to,
+            run_dir,
+            project=cfg.run.project,
+            config=to_dict(cfg),
+            start_step=start,
+        )
+        log = MetricsLog(run_dir, start_step=start, trackers=trackers)
+        self.costs = CostLog(self.prefix, previous=last_cumulative(read_metrics(run_dir)))
+        best_by = VAL_SUITE if self.val_set else ""
+        last: dict[str, float] = {}
+        step, ok = start, False
+        try:
+            if start == 0:
+                last = self.evaluate(0)
+                log.log(0, last)
+                book.track_best(0, last, suite=best_by)
+            bar = progress_bar(run_dir, start=start, steps=cfg.run.steps, enabled=cfg.run.progress)
+            for step in bar:
+                metrics = self.step(step)
+                done = step + 1
+                if self._eval_due(done):
+                    metrics.update(self.evaluate(done))
+                    book.track_best(done, metrics, suite=best_by)
+                log.log(done, metrics)
+                last = metrics
+                bar.set_postfix({"loss": f"{metrics['sft/loss']:.3f}"})
+                every = cfg.run.save_every
+                if done == cfg.run.steps or (every > 0 and done % every == 0):
+                    book.save(done)
+            ok = True
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(
+                f"interrupted at step {step + 1} of {cfg.run.steps}; "
+                f"{where_it_stands(run_dir)}; resume with graft sft --resume {run_dir}"
+            ) from None
+        finally:
+            log.close(ok=ok)
+        data = {f"sft/data/{k}": float(v) for k, v in self.counts.items()}
+        write_summary(run_dir, {**last, **data}, best=book.best)
+        return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
+
+    def close(self) -> None:
+        if getattr(self, "backend", None) is not None:
+            self.backend.close()
+        self.pool.close()
+
+
+def sft(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:
+    """Supervised fine-tuning on `cfg.sft.store`, writing into cfg.run.out_dir. `overwrite`: a
+    run already there is moved aside once every check passed and the model is loaded."""
+    run = SftRun(cfg)
+    try:
+        run_dir = Path(cfg.run.out_dir)
+        if overwrite and (aside := move_aside(run_dir)) is not None:
+            print(f"moved the previous run in {run_dir} to {aside}", file=sys.stderr)
+        return run.run(run_dir, resume=resume)
+    finally:
+        run.close()
