@@ -128,7 +128,8 @@ def main() -> None:
         for which, skill in (("weak", WEAK[m]), ("strong", STRONG[m])):
             d = rows[m][which]
             iv = paired_interval(d)
-            label = f"{skill} ({'the peer strong, its own weak' if which == 'weak' else 'its own strong'})"
+            role = "the peer's strong, its own weak" if which == "weak" else "its own strong"
+            label = f"{skill} ({role})"
             seeds = " / ".join(f"{100 * x:+.1f}" for x in d)
             print(
                 f"| {m} ({peer}) | {label} | {seeds} | {100 * iv.mean:+.1f} "
