@@ -32,7 +32,7 @@ def main() -> None:
     scores = {}
     for lr in (float(x) for x in args.lrs.split(",")):
         s = replace(
-            DemoSettings.make(study=True),
+            DemoSettings.make(study="graft"),
             lr=lr,
             seeds=seeds,
             methods=("grpo",),

@@ -38,7 +38,7 @@ def check_regime(regime: str, root: Path) -> dict[str, Any]:
     """Probe and train one regime; what matched and what the run realized."""
     from graft.training.trainer import train
 
-    s = DemoSettings.make(study=True)
+    s = DemoSettings.make(study="graft")
     build_presets(dataclasses.replace(s, regimes=(regime,)))
     (cfg,) = run_configs(s, root, regime, 0)["graft"]
     cfg = _with(
@@ -86,7 +86,7 @@ def check_regime(regime: str, root: Path) -> dict[str, Any]:
 
 def time_probe(regime: str, root: Path) -> float:
     """Seconds of `graft probe` over 200 prompts (25 steps of 8), n = 8, models cached."""
-    s = DemoSettings.make(study=True)
+    s = DemoSettings.make(study="graft")
     (cfg,) = run_configs(s, root, regime, 0)["graft"]
     cfg = _with(cfg, rollout={"prompts_per_step": 8, "group_size": 8})
     start = time.perf_counter()

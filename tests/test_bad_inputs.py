@@ -4,13 +4,12 @@ created or changed. One table; most cases fail before any model is loaded."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
+from bad_input_files import damaged_parquet, peer_store, snapshot
 from graft.cli import main
 
 SMALL = [
@@ -57,10 +56,10 @@ def world(tmp_path_factory, tiny_paths):
     (files / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
     (files / "dir.jsonl").mkdir()
     (files / "dir.jsonl" / "part-0.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
-    _damaged_parquet(files / "damaged.parquet")
-    _peer_store(files / "wrong_store", answers="wrong", verifier="final_number")
-    _peer_store(files / "math_store", answers="latex", verifier="math")
-    _peer_store(files / "good_store", answers="right", verifier="final_number")
+    damaged_parquet(files / "damaged.parquet")
+    peer_store(files / "wrong_store", answers="wrong", verifier="final_number")
+    peer_store(files / "math_store", answers="latex", verifier="math")
+    peer_store(files / "good_store", answers="right", verifier="final_number")
     for name, damage in (("run.json", "{garbage"), ("metrics.jsonl", "not json\n")):
         copy = files / f"garbage_{name.split('.')[0]}_run"  # resumable, but one file is garbage
         shutil.copytree(run, copy)
@@ -85,61 +84,6 @@ def world(tmp_path_factory, tiny_paths):
     text = (run / "config.yaml").read_text()
     (other_suites / "config.yaml").write_text(text.replace("- test", "- val"))
     return {"run": run, "files": files, "store": run / "trajectories", "model": tiny_paths["llama"]}
-
-
-def _peer_store(path: Path, *, answers: str, verifier: str) -> None:
-    """A peer's store of 4 prompts x 2 responses: all right, all wrong, or another task's (LaTeX
-    answers, verified with the math verifier)."""
-    from graft.store import Provenance, StoreWriter, group_rows
-    from graft.training.groups import make_groups
-    from graft.types import Completion, Problem, Rollout, Verdict
-
-    rollouts, verdicts = [], []
-    for i in range(4):
-        if answers in ("wrong", "right"):
-            problem = Problem(f"{i}+1=", str(i + 1))
-            text = str(i + 1) if answers == "right" else str(i + 50)
-        else:
-            problem, text = (
-                Problem(f"Simplify x^{i} x", f"x^{{{i + 1}}}"),
-                f"$\\boxed{{x^{i + 1}}}$",
-            )
-        comps = tuple(Completion(text, (5, 6), (-0.5, -0.5), "stop") for _ in range(2))
-        rollouts.append(Rollout(problem, "peer", (1, 2), comps))
-        verdicts.append((Verdict("wrong" if answers == "wrong" else "correct"),) * 2)
-    prov = Provenance("r", "peer", "", "", verifier, "", 1.0, 1.0, 0, 8)
-    writer = StoreWriter(str(path), run_id="r", run_meta={}, background=False)
-    writer.write("peer", 0, group_rows(make_groups(rollouts, verdicts), step=0, prov=prov))
-    writer.close()
-
-
-def _damaged_parquet(path: Path) -> None:
-    """A snappy-compressed Parquet file whose footer reads but whose data pages do not."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rows = [{"problem": f"what is {i}+{i}? " * 5, "answer": str(2 * i)} for i in range(2000)]
-    pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy")
-    data = bytearray(path.read_bytes())
-    for i in range(100, 600):
-        data[i] ^= 0x5A
-    path.write_bytes(bytes(data))
-
-
-def _snapshot(*roots: Path) -> dict[str, tuple]:
-    """Every file under the roots: size, modification time, and the content hash of small ones."""
-    out = {}
-    for root in roots:
-        for path in sorted(root.rglob("*")):
-            if path.is_file():
-                stat = path.stat()
-                digest = (
-                    hashlib.sha256(path.read_bytes()).hexdigest() if stat.st_size < 2**18 else ""
-                )
-                out[str(path)] = (stat.st_size, stat.st_mtime_ns, digest)
-            else:
-                out[str(path)] = ("dir",)
-    return out
 
 
 R, F, S, M = "{run}", "{files}", "{store}", "{model}"
@@ -522,7 +466,7 @@ def _fill(value: str, world: dict) -> str:
 @pytest.mark.parametrize("argv,culprit", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_gives_one_line_and_changes_nothing(world, argv, culprit, capsys):
     argv = [_fill(a, world) for a in argv]
-    before = _snapshot(world["run"], world["files"])
+    before = snapshot(world["run"], world["files"])
     try:
         code = main(argv)
     except SystemExit as exit_:  # argparse
@@ -532,7 +476,7 @@ def test_bad_input_gives_one_line_and_changes_nothing(world, argv, culprit, caps
     assert "\n" not in err and "Traceback" not in err, err
     assert err.startswith("graft: error: "), err
     assert _fill(culprit, world) in err, err
-    assert _snapshot(world["run"], world["files"]) == before
+    assert snapshot(world["run"], world["files"]) == before
 
 
 def test_the_table_is_large_and_covers_every_kind_of_input():

@@ -32,9 +32,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--quick", action="store_true", help="a few-minute pipeline check")
     mode.add_argument(
         "--study",
-        action="store_true",
-        help="the pre-registered study (docs/evidence.md): 5 seeds, both regimes, the paper's "
-        "ablations; hours on 2 cores, resumable",
+        nargs="?",
+        const="graft",
+        default="",
+        choices=("graft", "baselines"),
+        help="a pre-registered study (docs/evidence.md), 5 seeds, both regimes, hours on 2 cores, "
+        "resumable: `graft` (the default) GRAFT, its variants and the paper's ablations against "
+        "GRPO; `baselines` GRAFT against GRPO with 2x samples, GRPO + dynamic sampling and SFT "
+        "on the peer's answers then GRPO, at equal steps and at equal generated tokens",
     )
     demo.add_argument(
         "--reference", action="store_true", help="also run GRPO with 4x the group size"
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     print((out / "results.md").read_text())
     files = [out / "results.json", out / "results.md", out / "curves.png"]
     print(f"files: {', '.join(map(str, files))}")
-    config = {"seeds": args.seeds, "quick": args.quick, "study": args.study}
+    config = {"seeds": args.seeds, "quick": args.quick, "study": args.study or ""}
     report_outputs(
         args.report_to, out, kind="demo", files=files, config=config, project=args.project
     )

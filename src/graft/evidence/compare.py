@@ -12,6 +12,7 @@ refused with one line.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -93,6 +94,17 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
     return {prefix[:-1]: json.dumps(value, sort_keys=True)}
 
 
+_CHECKPOINT = re.compile(r'^".*/(checkpoints/(best|step_\d+)/[^/"]+)/?"$')
+
+
+def checkpoint_kind(path_json: str) -> str:
+    """A model path inside another run's checkpoints (`.../RUN/checkpoints/best/NAME`, as after
+    `graft sft`) as that kind of checkpoint: the run directory differs from seed to seed, the
+    method does not (run.label tells such methods apart)."""
+    match = _CHECKPOINT.match(path_json)
+    return json.dumps(f"<run>/{match[1]}") if match else path_json
+
+
 def _ignored(key: str) -> bool:
     return any(key == k or (k.endswith(".") and key.startswith(k)) for k in IGNORED_KEYS)
 
@@ -139,6 +151,7 @@ def load_units(run_dir: Path) -> list[Unit]:
         signature.update(
             {f"model.{k}": v for k, v in _flatten(model).items() if k not in ("name",)}
         )
+        signature["model.path"] = checkpoint_kind(signature.get("model.path", '""'))
         others = sorted(f"{m['name']}={m['path']}" for m in models if m["name"] != name)
         signature["co_trained_with"] = json.dumps(others)
         units.append(

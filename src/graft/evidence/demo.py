@@ -52,6 +52,18 @@ class Method:
     label: str
     overrides: tuple[str, ...] = ()
     stored: bool = False
+    sft: bool = False
+    """First each model is fine-tuned (`graft sft`) on the OTHER model's responses in the store of
+    the same seed's GRPO run; then the pair trains from the two best checkpoints."""
+
+
+SFT_STEPS, SFT_BATCH, SFT_LR = 100, 32, 1e-4
+"""`graft sft` in the demo: 100 steps of 32 responses, lr 1e-4, the rate benchmarks/sft_peer.py's
+pilot chose (seed 100, the store's own held-out prompts, among 3e-5, 1e-4 and 3e-4)."""
+DS_MAX_RESPONSES = 0
+"""Dynamic sampling's extra responses per model and step in the baselines study: the budget whose
+compute comes closest to GRAFT's, fixed by its pilot (docs/evidence.md, "The baselines study");
+0 until the pilot has run (then only max_rounds bounds it)."""
 
 
 METHODS = {
@@ -60,14 +72,20 @@ METHODS = {
     "graft_rr": Method("GRAFT (receiver_relative)", ("exchange.weight=receiver_relative",)),
     "stored": Method("GRAFT (stored peer)", stored=True),
     "grpo4x": Method("GRPO, 4x group size", ("exchange.enabled=false",)),
+    "grpo2x": Method("GRPO, 2x group size", ("exchange.enabled=false",)),
     "grpo_ds": Method(
         "GRPO + dynamic sampling",
         (
             "exchange.enabled=false",
-            "models.0.zero_contrast.mode=resample",
-            "models.1.zero_contrast.mode=resample",
+            *(f"models.{i}.zero_contrast.mode=resample" for i in (0, 1)),
+            *(
+                f"models.{i}.zero_contrast.max_responses={DS_MAX_RESPONSES}"
+                for i in (0, 1)
+                if DS_MAX_RESPONSES
+            ),
         ),
     ),
+    "sft_grpo": Method("SFT on the peer, then GRPO", ("exchange.enabled=false",), sft=True),
 }
 ABLATIONS = {
     "no_weight": Method("ablation: no weight", ("exchange.weight=none",)),
@@ -79,6 +97,8 @@ ABLATIONS = {
 }
 ALL_METHODS = {**METHODS, **ABLATIONS}
 MAIN_METHODS = ("grpo", "graft", "graft_rr", "stored")
+BASELINE_METHODS = ("grpo", "grpo2x", "grpo_ds", "sft_grpo", "graft", "graft_rr")
+"""The baselines study (docs/evidence.md): what a user would do instead of GRAFT."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +128,11 @@ class DemoSettings:
 
     @classmethod
     def make(
-        cls, *, seeds: int = 0, quick: bool = False, study: bool = False, reference: bool = False
+        cls, *, seeds: int = 0, quick: bool = False, study: str = "", reference: bool = False
     ) -> DemoSettings:
-        """The three designs: default (`make demo`), quick (a pipeline check), study."""
+        """The designs: default (`make demo`), quick (a pipeline check), and the studies of
+        docs/evidence.md: `graft` (GRAFT, its variants and ablations against GRPO) and
+        `baselines` (GRAFT against what a user would do instead, at equal compute too)."""
         extra = ("grpo4x",) if reference else ()
         if quick:
             s = cls(
@@ -124,6 +146,14 @@ class DemoSettings:
                 parallel=False,
                 mode="quick",
                 presets={r: {m: f"{p}-quick" for m, p in ps.items()} for r, ps in REGIMES.items()},
+            )
+        elif study == "baselines":
+            s = cls(
+                prompts_per_step=8,
+                eval_every=20,
+                seeds=STUDY_SEEDS,
+                methods=BASELINE_METHODS,
+                mode="study-baselines",
             )
         elif study:
             s = cls(seeds=STUDY_SEEDS, ablations=tuple(ABLATIONS), mode="study")
@@ -194,8 +224,11 @@ def run_configs(s: DemoSettings, root: Path, regime: str, seed: int) -> dict[str
     for key in regime_methods(s, regime):
         method = ALL_METHODS[key]
         common = [f"run.label={json.dumps(method.label)}", *method.overrides]
-        if key == "grpo4x":
-            common.append(f"rollout.group_size={4 * s.group_size}")
+        if key in ("grpo4x", "grpo2x"):
+            common.append(f"rollout.group_size={(4 if key == 'grpo4x' else 2) * s.group_size}")
+        if method.sft:
+            out[key] = sft_configs(s, base, regime, seed, key, common)
+            continue
         if not method.stored:
             both = _models(s, regime, MODELS)
             out[key] = [
@@ -220,6 +253,32 @@ def run_configs(s: DemoSettings, root: Path, regime: str, seed: int) -> dict[str
             for m, other in (("llama", "qwen"), ("qwen", "llama"))
         ]
     return out
+
+
+def sft_configs(
+    s: DemoSettings, base: Path, regime: str, seed: int, key: str, common: list[str]
+) -> list[Config]:
+    """SFT then GRPO: each model's `graft sft` on the other's rollouts in this seed's GRPO store
+    (its own held-out prompts pick the best checkpoint), then the pair from those checkpoints."""
+    store = base / "grpo" / "trajectories"
+    cfgs, paths = [], {}
+    for m, other in (("llama", "qwen"), ("qwen", "llama")):
+        out = base / f"{key}_sft_{m}"
+        paths[m] = str(out / "checkpoints" / "best" / m)
+        sets = [
+            *_overrides(s, out, seed),
+            _models(s, regime, (m,)),
+            f"models.0.optim.lr={SFT_LR}",
+            f"run.steps={SFT_STEPS}",
+            f"sft.batch_size={SFT_BATCH}",
+            f"sft.store={store}",
+            f"sft.peer_model={other}",
+            "eval.every=0",  # the store's held-out prompts only; the pair is evaluated after
+        ]
+        cfgs.append(load_config(Config, None, sets))
+    entries = ", ".join(f'{{name: {m}, path: "{paths[m]}", optim: {{lr: {s.lr}}}}}' for m in MODELS)
+    pair = [*_overrides(s, base / key, seed), f"models=[{entries}]", *common]
+    return [*cfgs, load_config(Config, None, pair)]
 
 
 # ------------------------------------------------------------------------- resumable runs

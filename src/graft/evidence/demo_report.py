@@ -27,6 +27,7 @@ from graft.evidence.demo import (
     run_inprocess,
     run_parallel,
 )
+from graft.evidence.endpoints import holm_across
 from graft.evidence.stats import bootstrap_ratio, paired_interval
 from graft.models.tiny import MUL_SKILLS
 from graft.rollout import SamplingParams
@@ -110,6 +111,7 @@ def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
     """Run (or reuse) every run of the design; returns the seconds spent per job label."""
     from tqdm.auto import tqdm
 
+    from graft.sft.loop import sft
     from graft.training.trainer import train
 
     jobs = _pending(s, out)
@@ -129,29 +131,45 @@ def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
             if ALL_METHODS[key].stored and s.parallel:
                 run_parallel(cfgs, out / regime / f"seed_{seed}")
             else:
-                for cfg in cfgs:
-                    run_inprocess(cfg, train)
+                for cfg in cfgs:  # an SFT phase first, where the method has one
+                    if not is_done(cfg):
+                        run_inprocess(cfg, sft if cfg.sft.store else train)
             spent[name] = time.perf_counter() - start
             bar.update(1)
     return spent
 
 
 def regime_result(s: DemoSettings, out: Path, regime: str) -> dict[str, Any]:
-    """Paired comparison against GRPO of every method of one regime, and stored/online retention."""
+    """Paired comparison against GRPO of every method of one regime, and stored/online retention
+    (the baselines study: also at equal generated tokens, one Holm family over both)."""
     units = []
     for seed in s.seeds:
         for cfgs in run_configs(s, out, regime, seed).values():
             for c in cfgs:
-                units += load_units(Path(c.run.out_dir))
-    result = compare_units(
-        units, baseline=ALL_METHODS["grpo"].label, primary=primary_endpoints(units)
-    )
+                if not c.sft.store:  # an SFT phase is part of its method, not a unit
+                    units += load_units(Path(c.run.out_dir))
+    base = ALL_METHODS["grpo"].label
+    if s.mode == "study-baselines":
+        weak = weak_final_endpoints(units)
+        result = compare_units(units, baseline=base, primary=weak)
+        tokens = compare_units(units, baseline=base, primary=weak, compute="gen_tokens")
+        holm_across([result, tokens], names=["at step 60", "at equal generated tokens"])
+        result["equal_tokens"] = tokens
+    else:
+        result = compare_units(units, baseline=base, primary=primary_endpoints(units))
     for policy in result["policies"].values():  # the counts; CPU seconds differ run to run
         for entry in policy["methods"].values():
             entry["cost"] = {k: v for k, v in entry["cost"].items() if not is_timing(k)}
     result["retention"] = retention(result)
     result["units"] = units
     return result
+
+
+def weak_final_endpoints(units: list[Any]) -> list[str]:
+    """The baselines study's primary endpoints: per model, its weak skill at the last point."""
+    mix = next(key for key in units[0].curves if key.count("/") == 2)  # eval/<suite>/avg@k
+    suite, k = mix.split("/")[1], mix.rsplit("@", 1)[1]
+    return [f"m/{m}/eval/{suite}/{WEAK[m]}/avg@{k} final" for m in MODELS]
 
 
 def primary_endpoints(units: list[Any]) -> list[str]:

@@ -131,3 +131,29 @@ def apply_holm(result: dict[str, Any], endpoints: Sequence[Endpoint]) -> None:
         "tests": len(cells),
         "alpha": ALPHA,
     }
+
+
+def holm_across(results: Sequence[dict[str, Any]], *, names: Sequence[str]) -> None:
+    """One Holm family over the primary cells of several `compare_units` results (the same runs
+    read on several axes: steps, and equal compute): each cell's `holm_p` and
+    `holm_significant` are recomputed over all of them, and each result's `primary` records the
+    whole family (`names`: what each result's endpoints are read at)."""
+    cells = [
+        cell
+        for result in results
+        for policy in result["policies"].values()
+        for entry in policy["vs_baseline"].values()
+        for points in entry["metrics"].values()
+        for cell in points.values()
+        if cell.get("primary")
+    ]
+    adjusted = holm([c["p"] if c["p"] is not None else 1.0 for c in cells], alpha=ALPHA)
+    for cell, (p_adj, reject) in zip(cells, adjusted):
+        cell.update(holm_p=p_adj, holm_significant=reject)
+    endpoints = [
+        f"{e} ({name})"
+        for result, name in zip(results, names, strict=True)
+        for e in result["primary"]["endpoints"]
+    ]
+    for result in results:
+        result["primary"] = {"endpoints": endpoints, "tests": len(cells), "alpha": ALPHA}
