@@ -82,3 +82,53 @@ def test_demo_quick_writes_intervals_curves_and_regimes_and_reuses_finished_runs
     again = json.loads((out / "results.json").read_text())
     assert list(again["run_seconds"]) == ["cold seed 0 GRAFT (receiver_relative)"]
     assert again["regimes"] == results["regimes"]
+
+
+def test_sft_then_grpo_in_the_baselines_design_fine_tunes_each_model_on_its_peer(tmp_path):
+    """The baselines study's "SFT on the peer, then GRPO": after the seed's GRPO run, each model's
+    `graft sft` reads the OTHER model's rollouts in that run's store (here replaced by correct
+    answers, since the quick models have none), and the pair trains from the two best
+    checkpoints."""
+    import dataclasses
+    import shutil
+
+    from graft.evidence.demo import DemoSettings, run_configs
+    from graft.evidence.demo_report import run_all
+    from graft.store import Provenance, StoreWriter, group_rows
+    from graft.training.groups import make_groups
+    from graft.types import Completion, Problem, Rollout, Verdict
+
+    s = DemoSettings.make(quick=True)
+    s = dataclasses.replace(s, methods=("grpo",), regimes=("latent",), seeds=(0,))
+    run_all(s, tmp_path)
+    store = tmp_path / "latent/seed_0/grpo/trajectories"
+    shutil.rmtree(store)
+    writer = StoreWriter(str(store), run_id="grpo", run_meta={}, background=False)
+    for name, skill in (("llama", "mul:3,1:2-5"), ("qwen", "mul:3,1:6-9")):
+        problems = [
+            Problem(f"{100 + i}*{2 + i % 4}=", str((100 + i) * (2 + i % 4)), skill)
+            for i in range(12)
+        ]
+        rollouts = [
+            Rollout(p, name, (1,), (Completion(p.gold, (5,), (-0.5,), "stop"),) * 2)
+            for p in problems
+        ]
+        verdicts = [(Verdict("correct"),) * 2 for _ in problems]
+        prov = Provenance("grpo", name, "", "", "final_number", "", 1.0, 1.0, 0, 48)
+        writer.write(name, 0, group_rows(make_groups(rollouts, verdicts), step=0, prov=prov))
+    writer.close()
+    s = dataclasses.replace(s, methods=("grpo", "sft_grpo"))
+    *sfts, pair = run_configs(s, tmp_path, "latent", 0)["sft_grpo"]
+    assert [(c.models[0].name, c.sft.peer_model) for c in sfts] == [
+        ("llama", "qwen"),
+        ("qwen", "llama"),
+    ]
+    run_all(s, tmp_path)
+    for cfg in sfts:
+        data = json.loads((tmp_path / cfg.run.out_dir / "sft_data.json").read_text())
+        assert data["correct"] == 12 and data["store"] == str(store)
+    assert [m.path for m in pair.models] == [
+        f"{c.run.out_dir}/checkpoints/best/{c.models[0].name}" for c in sfts
+    ]
+    assert (tmp_path / pair.run.out_dir / "done.json").is_file()
+    assert read_metrics(pair.run.out_dir)[-1]["step"] == s.steps

@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from graft.evidence.compare import CURVE_MEAN
-from graft.evidence.compare_report import INTERVAL_RULE, final_point, fmt_interval, regime_lines
+from graft.evidence.compare_report import (
+    INTERVAL_RULE,
+    cost_table,
+    final_point,
+    fmt_interval,
+    regime_lines,
+)
 from graft.evidence.demo import MODELS, STRONG, WEAK
 from graft.evidence.stats import MIN_SEEDS
 
@@ -118,6 +124,22 @@ def regime_section(name: str, regime: Mapping[str, Any], labels: Mapping[str, st
     ]
     text += ["", *final, "", "Difference to GRPO, mean over the evaluations after step 0:", ""]
     text += [*curve, ""]
+    if "equal_tokens" in compare:  # the baselines study: its second axis, and what runs cost
+        tokens, sig_tokens = delta_rows(compare["equal_tokens"], "final")
+        sig_curve += [f"{line} (at equal generated tokens)" for line in sig_tokens]
+        text += [
+            "Difference to GRPO at equal generated tokens (each run's curve read at the last "
+            "point every run of the model reached, its total generated tokens, both policies; "
+            "linear between evaluations, never past a run's end):",
+            "",
+            *tokens,
+            "",
+        ]
+        for model, policy in compare["policies"].items():
+            costs = cost_table(policy, compare["baseline"])
+            if costs:
+                text += [f"What a run cost (the runs of {model}'s table):", "", *costs, ""]
+                break  # the run totals are the same for both models of a run
     seeds = len(next(iter(compare["policies"].values()))["methods"][compare["baseline"]]["seeds"])
     tests = compare.get("primary", {}).get("tests", 0)
     if seeds < 2:
@@ -152,7 +174,9 @@ def markdown(results: Mapping[str, Any]) -> str:
     s = results["settings"]
     labels = results["labels"]
     title = (
-        "where GRAFT helps and where its gate starves"
+        "GRAFT against what a user would do instead"
+        if s["mode"] == "study-baselines"
+        else "where GRAFT helps and where its gate starves"
         if len(results["regimes"]) > 1
         else "GRPO and GRAFT on a complementary pair (a reduced study: docs/evidence.md)"
     )

@@ -147,6 +147,12 @@ class RunBook:
         if improved:
             save_best(self.run_dir, self.backend, improved, self.best)
 
+    def keep_as_best(self, step: int, *, why: str) -> None:
+        """The current weights as checkpoints/best, for a run with nothing to validate on
+        (`why` says so in best.json and summary.json)."""
+        self.best = {name: {"step": step, "value": None, "suite": why} for name in self.names}
+        save_best(self.run_dir, self.backend, self.names, self.best)
+
     @contextlib.contextmanager
     def writing_store(self, uri: str) -> Iterator[None]:
         """A full disk under the trajectory store ends the run in one line, before a checkpoint

@@ -8,7 +8,8 @@ on the mean NLL over all their response tokens. The forward and backward run in
 first (`graft.training.loss.loss_coefficients`), so the gradient does not depend on the split.
 At step 0, every `eval.every` steps and at the end: the NLL of the held-out responses
 (`sft/val_loss`), the held-out prompts' accuracy (`eval/sft_val/avg@k`, sampled as `eval`
-says), which picks `checkpoints/best`, and the `eval.suites` when `eval.every` > 0.
+says), which picks `checkpoints/best` (with no held-out prompt: the last step), and the
+`eval.suites` when `eval.every` > 0.
 
 The run directory is a training run's: config.yaml, metrics.jsonl (with the cost counts of
 `graft.training.cost`), checkpoints (model, tokenizer, AdamW state: a checkpoint is a model path
@@ -240,6 +241,8 @@ class SftRun:
                 every = cfg.run.save_every
                 if done == cfg.run.steps or (every > 0 and done % every == 0):
                     book.save(done)
+            if not best_by:  # no held-out prompt: the last weights are the ones to hand on
+                book.keep_as_best(cfg.run.steps, why="none: no held-out prompt, the last step")
             ok = True
         except KeyboardInterrupt:
             raise KeyboardInterrupt(
