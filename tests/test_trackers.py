@@ -300,3 +300,23 @@ def test_an_unreadable_trackers_json_is_named_and_left_as_it_is(tmp_path):
         with pytest.raises(DataError, match=r"trackers\.json: .*remove it to start"):
             open_trackers(("tensorboard",), tmp_path, project="p", config={})
         assert (tmp_path / "trackers.json").read_text() == text
+
+
+@pytest.mark.trackers
+def test_graft_sft_reports_to_a_tracker_and_a_resume_continues_its_run(tracker_env):
+    """`graft sft` logs what `graft train` logs to the trackers it is given: every metric of
+    metrics.jsonl (its cost counts included), continued across a resume."""
+    from test_sft import SMALL as SFT_SETS
+    from test_sft import _store
+
+    store, run_dir = tracker_env / "store", tracker_env / "sft"
+    _store(store)
+    sets = [*SFT_SETS, "models.0.path=tiny:llama-char-add", "run.steps=2", "run.save_every=1"]
+    sets += ["eval.every=1", "run.report_to=[tensorboard]"]
+    assert main(["sft", "--store", str(store), "--out", str(run_dir), *_sets(sets)]) == 0
+    assert main(["sft", "--resume", str(run_dir), "--set", "run.steps=3"]) == 0
+    want = _expected(run_dir)
+    assert sorted(want) == [0, 1, 2, 3]
+    assert {"sft/loss", "sft/val_loss", "cost/cum/train_tokens"} <= set(want[3])
+    board, _ = _tensorboard(run_dir)
+    _close(want, board, rel=1e-6)
