@@ -4,12 +4,9 @@ created or changed. One table; most cases fail before any model is loaded."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 
-from bad_input_files import damaged_parquet, peer_store, snapshot
+from bad_input_files import make_bad_files, snapshot
 from graft.cli import main
 
 SMALL = [
@@ -39,50 +36,7 @@ def world(tmp_path_factory, tiny_paths):
     args = ["train", "--out", str(run), *sets(*SMALL, model, "run.steps=2", "run.save_every=1")]
     assert main(args) == 0
     files = root / "files"
-    files.mkdir()
-    (files / "bad.yaml").write_text("rollout:\n  gruop_size: 4\n")
-    (files / "broken.yaml").write_text("run: [1, 2\n")
-    (files / "list.yaml").write_text("- 1\n- 2\n")
-    (files / "latin1.jsonl").write_bytes(
-        b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "3"}\n'
-    )
-    (files / "badjson.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": \n')
-    (files / "array.jsonl").write_text("[1, 2]\n")
-    (files / "nocolumn.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
-    (files / "garbage.parquet").write_bytes(b"not parquet")
-    (files / "notamodel").mkdir()
-    (files / "notamodel" / "readme.txt").write_text("hello")
-    (files / "afile").write_text("a file, not a directory")
-    (files / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
-    (files / "dir.jsonl").mkdir()
-    (files / "dir.jsonl" / "part-0.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
-    damaged_parquet(files / "damaged.parquet")
-    peer_store(files / "wrong_store", answers="wrong", verifier="final_number")
-    peer_store(files / "math_store", answers="latex", verifier="math")
-    peer_store(files / "good_store", answers="right", verifier="final_number")
-    for name, damage in (("run.json", "{garbage"), ("metrics.jsonl", "not json\n")):
-        copy = files / f"garbage_{name.split('.')[0]}_run"  # resumable, but one file is garbage
-        shutil.copytree(run, copy)
-        rest = (copy / name).read_text().splitlines(keepends=True)[1:]
-        (copy / name).write_text(damage + "".join(rest))
-    other = files / "other_store"
-    other.mkdir()
-    (other / "store.json").write_text(json.dumps({"format": "something-else"}))
-    damaged = files / "damaged_store"
-    shutil.copytree(run / "trajectories", damaged)
-    for shard in damaged.rglob("*.parquet"):
-        shard.write_bytes(shard.read_bytes()[:200])  # every shard truncated
-    resumable = files / "resumable"  # a run whose every checkpoint is damaged
-    shutil.copytree(run, resumable)
-    for weights in resumable.rglob("model.safetensors"):
-        weights.write_bytes(weights.read_bytes()[:1000])
-    yaml_broken = files / "yaml_broken_run"
-    yaml_broken.mkdir()
-    (yaml_broken / "config.yaml").write_text("run: [\n")
-    other_suites = files / "other_suites_run"  # a run evaluated on other suites
-    shutil.copytree(run / "checkpoints", other_suites / "checkpoints")
-    text = (run / "config.yaml").read_text()
-    (other_suites / "config.yaml").write_text(text.replace("- test", "- val"))
+    make_bad_files(files, run)
     return {"run": run, "files": files, "store": run / "trajectories", "model": tiny_paths["llama"]}
 
 
@@ -90,6 +44,7 @@ R, F, S, M = "{run}", "{files}", "{store}", "{model}"
 G = "{files}/good_store"  # a peer's store with correct responses
 NEW = "{files}/new_run"  # a fresh run directory: must not be created by a failing command
 TRAIN_NEW = ["train", "--out", NEW]
+EXPORT = ["store", "export", S, "--out", f"{F}/export.jsonl"]
 SFT_NEW = ["sft", "--out", NEW, *sets(*SMALL, f"models.0.path={M}"), "--store"]
 NOUSER = "~graft-no-such-user"  # a `~user` path that does not resolve
 MATH = "task.name=math"
@@ -456,6 +411,31 @@ CASES = [
         "suites",
     ),
     ("plot-missing-run", ["plot", f"{F}/norun", "--out", f"{F}/plot.png"], "norun"),
+    ("plot-out-is-a-runs-metrics", ["plot", R, "--out", f"{R}/metrics.jsonl"], "--out"),
+    (
+        "eval-cli-negative-temperature",
+        ["eval", "--model", M, "--temperature", "-1"],
+        "--temperature",
+    ),
+    ("eval-cli-top-p-above-one", ["eval", "--model", M, "--top-p", "1.5"], "--top-p"),
+    ("store-export-unknown-model", [*EXPORT, "--model", "nobody"], "nobody"),
+    ("store-info-unknown-protocol", ["store", "info", "nosuchfs://bucket/store"], "nosuchfs"),
+    ("store-info-under-a-file", ["store", "info", f"{F}/afile/store"], "afile"),
+    (
+        "stored-peer-empty-store",
+        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.store={F}/empty_store")],
+        "empty store",
+    ),
+    (
+        "kl-coef-huge",
+        [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={M}", "algo.kl_coef=1e38")],
+        "algo.kl_coef",
+    ),
+    (
+        "data-one-problem-two-answers",
+        [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/conflict.jsonl")],
+        "rows 1 and 3",
+    ),
 ]
 
 

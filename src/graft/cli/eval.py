@@ -98,6 +98,11 @@ def _check_args(args: argparse.Namespace) -> None:
     ):
         if value < least:
             raise ConfigError(f"graft eval {flag}: must be at least {least}, got {value}")
+    from graft.config.checks import check_eval_sampling
+
+    check_eval_sampling(
+        args.temperature, args.top_p, keys=("graft eval --temperature", "graft eval --top-p")
+    )
     if len(set(args.model)) != len(args.model):
         raise ConfigError(f"graft eval --model: a path is given twice ({args.model})")
 

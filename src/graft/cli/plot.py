@@ -13,8 +13,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graft.config import ConfigError
     from graft.eval.report import plot_runs
+    from graft.preflight import check_output_file, resolved
 
-    counts = plot_runs(args.runs, args.out)
+    out = resolved(args.out, "--out")
+    if out.suffix.lower() != ".png":  # never a run's own file (metrics.jsonl, config.yaml, ...)
+        raise ConfigError(f"--out {args.out}: name a .png file")
+    check_output_file(out, "--out")
+    counts = plot_runs(args.runs, out)
     print(f"wrote {args.out}: {counts['reward']} reward curves, {counts['eval']} accuracy curves")
     return 0

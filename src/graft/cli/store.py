@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from graft.errors import DataError
     from graft.preflight import replaced_atomically, resolved
     from graft.store import TrajectoryStore
 
@@ -34,7 +35,12 @@ def run(args: argparse.Namespace) -> int:
     # info and validate list every damaged shard (and exit 1); export refuses to skip one
     export = args.store_command == "export"
     target = _export_target(args.path, args.out) if export else None  # before reading the store
-    store = TrajectoryStore(args.path, strict=export)
+    try:
+        store = TrajectoryStore(args.path, strict=export)
+    except (ValueError, ImportError) as err:  # a filesystem nobody knows
+        if isinstance(err, DataError):
+            raise
+        raise DataError(f"{args.path}: cannot open it: {err}") from None
     if args.store_command == "info":
         info = store.info()
         if args.json:  # the same exit status as the table: 1 when anything is damaged
@@ -78,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
             f"{len(report.problems)} problem files, {len(report.unverified)} shards unverified"
         )
         return 0 if report.ok else 1
+    if args.model:  # a model the store does not hold is a mistake, not an empty export
+        for name in dict.fromkeys(args.model):
+            store.pick_model(name, key="--model")
     table = store.scan(models=args.model)  # read whole before any output: all rows or none
     if store.unverified:
         print(

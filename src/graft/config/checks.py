@@ -34,6 +34,10 @@ MAX_THREADS = 2**16
 """The most threads, CPUs or GPUs one policy may ask for."""
 MAX_EPOCHS = 1024
 """The most passes over one rollout batch."""
+MAX_KL_COEF = 1e6
+"""The largest KL coefficient: past it the policy-gradient term (of order 1 per token) is lost
+in the float32 sum beside the KL term (24 bits of mantissa, about 1 part in 1.7e7), so the run
+learns nothing from its rewards; near 1e38 the loss overflows outright."""
 MAX_LORA_RANK = 2**16
 """The largest LoRA rank (adapters are allocated at it)."""
 
@@ -200,7 +204,9 @@ def _check_algo(cfg: Config) -> None:
     )
     _count(a.micro_batch_size, "algo.micro_batch_size", 1)
     _count(a.epochs, "algo.epochs", 1, MAX_EPOCHS)
-    _number(a.kl_coef, "algo.kl_coef", 0)
+    _number(
+        a.kl_coef, "algo.kl_coef", 0, MAX_KL_COEF, note=" (past it float32 loses the reward's term)"
+    )
     _number(a.adv_eps, "algo.adv_eps", 0)
     _check(
         a.advantage != "grpo" or a.adv_eps > 0,
@@ -350,14 +356,19 @@ def _check_eval(cfg: Config) -> None:
     _count(e.every, "eval.every", 0, note=" (0: never)")
     _count(e.num_problems, "eval.num_problems", 0, note=" (0: all)")
     _count(e.samples, "eval.samples", 1, MAX_SEQUENCES)
-    _number(e.temperature, "eval.temperature", 0, note=" (0: greedy)")
-    _number(e.top_p, "eval.top_p", 0, 1, open_low=True)
+    check_eval_sampling(e.temperature, e.top_p, keys=("eval.temperature", "eval.top_p"))
     _count(e.max_new_tokens, "eval.max_new_tokens", 0, MAX_TOKENS, note=" (0: the rollout's)")
     if e.every > 0:
         _check(len(e.suites) >= 1, "eval.suites", "list at least one suite (or set eval.every=0)")
     for i, suite in enumerate(e.suites):
         _check(bool(suite), f"eval.suites.{i}", "must not be empty")
         _check_path(suite, f"eval.suites.{i}")
+
+
+def check_eval_sampling(temperature: float, top_p: float, *, keys: tuple[str, str]) -> None:
+    """An evaluation's temperature (0: greedy) and nucleus; `keys` name them in the message."""
+    _number(temperature, keys[0], 0, note=" (0: greedy)")
+    _number(top_p, keys[1], 0, 1, open_low=True)
 
 
 def _check_sft(cfg: Config) -> None:

@@ -100,6 +100,9 @@ class MathDataConfig:
     """Appended to every problem to form the task prompt (the paper's instruction)."""
     limit: int = 0
     """Use at most this many rows of each file; 0: all."""
+    conflicts: Literal["refuse", "drop"] = "refuse"
+    """A problem that two rows give different answers: `refuse` names the rows and stops; `drop`
+    leaves out every such problem (with a warning)."""
 
 
 @dataclass(frozen=True)

@@ -22,5 +22,9 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     except ImportError:  # pragma: no cover - fsspec ships with huggingface_hub
         raise ValueError(f"cannot open {uri}: unknown filesystem, fsspec not installed") from None
     protocol, _, rest = uri.partition("://")
-    handler = pafs.FSSpecHandler(fsspec.filesystem(protocol))
+    try:
+        handler = pafs.FSSpecHandler(fsspec.filesystem(protocol))
+    except (ValueError, ImportError) as err:  # an unknown protocol, or its package is missing
+        why = " ".join(str(err).split())
+        raise ValueError(f"no filesystem for {protocol}:// ({why})") from None
     return pafs.PyFileSystem(handler), ("/" + rest.lstrip("/")).rstrip("/")

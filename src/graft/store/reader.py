@@ -297,6 +297,8 @@ class TrajectoryStore:
                     f"{key}: no model {wanted!r} in {self.uri}; models there: {models}"
                 )
             return wanted
+        if not models:
+            raise StoreError(f"{key}: {self.uri} is an empty store (no rollouts written yet)")
         if len(models) != 1:
             raise StoreError(f"{key}: {self.uri} holds models {models}; pick one")
         return models[0]

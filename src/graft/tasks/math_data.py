@@ -21,6 +21,7 @@ for JSONL they are line numbers.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,8 @@ def load_problems(source: str, split: str, cfg: MathDataConfig, *, key: str) -> 
         raise DataError(f"{key}: set a .jsonl/.parquet file or a Hugging Face dataset name")
     rows, name = _rows(source, split, cfg, key)
     problems = []
+    answers: dict[str, tuple[int, str]] = {}  # problem text -> (first row, its answer)
+    conflicting: set[str] = set()
     for n, row in rows:
         where = f"row {n} of {name}"
         text = _text(row, cfg.problem_column, "problem", where)
@@ -171,13 +174,28 @@ def load_problems(source: str, split: str, cfg: MathDataConfig, *, key: str) -> 
             if not boxed:
                 raise DataError(f"answer in {where} has an unclosed or empty \\boxed{{}}")
             gold = boxed
+        first, first_gold = answers.setdefault(text, (n, gold))
+        if first_gold != gold:
+            if cfg.conflicts == "refuse":
+                raise DataError(
+                    f"{key}: rows {first} and {n} of {name} give one problem two answers "
+                    f"({first_gold!r} and {gold!r}); no reward can be right for both: fix the "
+                    f"data, or leave out every such problem with task.math.conflicts=drop"
+                )
+            conflicting.add(text)
         skill = row.get("skill")
-        problems.append(
-            Problem(prompt=text + cfg.suffix, gold=gold, skill="" if skill is None else str(skill))
+        problem = Problem(text + cfg.suffix, gold, skill="" if skill is None else str(skill))
+        problems.append((text, problem))
+    if conflicting:
+        print(
+            f"warning: {key}: left out {len(conflicting)} problems that {name} gives two or more "
+            "answers (task.math.conflicts=drop)",
+            file=sys.stderr,
         )
-    if not problems:
-        raise DataError(f"{key}: {name} has no rows")
-    return tuple(problems)
+    kept = tuple(p for text, p in problems if text not in conflicting)
+    if not kept:
+        raise DataError(f"{key}: {name} has no rows" + (" left" if problems else ""))
+    return kept
 
 
 class MathTask:
