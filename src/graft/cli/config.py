@@ -12,6 +12,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     config.add_argument("config", nargs="?", help="YAML config file")
     config.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     config.add_argument("--docs", action="store_true", help="list every key with type and default")
+    config.add_argument(
+        "--example",
+        nargs="?",
+        const="",
+        metavar="NAME",
+        help="print a shipped example config (graft_tiny, grpo_tiny, ...); without NAME, list them",
+    )
     config.set_defaults(handler=run)
 
 
@@ -21,6 +28,13 @@ def run(args: argparse.Namespace) -> int:
     from graft.config import Config, to_dict
     from graft.config.lib import describe
 
+    if args.example is not None:
+        from graft.configs import example_names, example_text
+
+        print(example_text(args.example) if args.example else "\n".join(example_names()), end="")
+        if not args.example:
+            print()
+        return 0
     if args.docs:
         for key, tp, default, doc in describe(Config):
             print(f"{key}  ({tp}, default {default})" if default else f"{key}  ({tp})")
