@@ -8,9 +8,12 @@ loads, finish reasons, the version check, the order update -> weight sync -> pre
 CUDA and vLLM): the same properties against vLLM itself; `scripts/gpu_check.py` runs them.
 """
 
+import importlib.metadata
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,7 +115,7 @@ def test_pinned_extra_matches_the_supported_series():
 
 
 def test_start_up_refuses_a_mismatched_installed_vllm(monkeypatch):
-    monkeypatch.setattr(vllm_engine.importlib.metadata, "version", lambda name: "0.33.0")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.33.0")
     with pytest.raises(ConfigError, match=r"installed vLLM 0\.33\.0 is not supported"):
         vllm_engine.load_vllm()
 
@@ -129,6 +132,19 @@ def test_cli_ends_with_one_line_when_vllm_cannot_run(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and not out.exists()
     assert err.startswith("graft: error: rollout.engine: ") and "graft-rl[vllm]" in err
+    # checked in the driver before anything builds: an empty model cache, a fresh process, fast
+    env = {**os.environ, "GRAFT_CACHE": str(tmp_path / "empty-cache")}
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "graft.cli", *args, "--set", "rollout.engine=vllm"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    seconds = time.perf_counter() - start
+    assert proc.returncode == 2 and proc.stderr.startswith("graft: error: rollout.engine: ")
+    assert seconds < 5 and not (tmp_path / "empty-cache").exists(), seconds
 
 
 # ----------------------------------------------------------------------------- through the stand-in

@@ -18,7 +18,10 @@ class PolicyWorkerError(RuntimeError):
     """A policy's worker process (or Ray actor) failed or died; the message names the policy."""
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    from graft.models.load import ModelLoadError
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded; the message is one line naming path and cause."""
 
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What the CLI prints as one line (nothing heavy is imported to know it)."""
     return (ConfigError, DataError, ModelLoadError, FileNotFoundError, PolicyWorkerError)

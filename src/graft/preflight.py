@@ -9,6 +9,7 @@ ConfigError naming the option and the path; nothing is created.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 from collections.abc import Iterator
@@ -98,3 +99,36 @@ def replaced_atomically(path: Path) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+VLLM_SERIES = "0.30"
+"""The vLLM release series graft's engine is written and pinned against (`graft-rl[vllm]`)."""
+INSTALL_ROUTE = "pip install 'graft-rl[vllm]' (see docs/scaling.md)"
+
+
+def check_vllm_version(installed: str | None) -> None:
+    """Refuse a missing or unsupported vLLM with one line naming the installed version."""
+    if installed is None:
+        raise ConfigError(f"rollout.engine: vllm is not installed; {INSTALL_ROUTE}")
+    if installed != VLLM_SERIES and not installed.startswith(VLLM_SERIES + "."):
+        raise ConfigError(
+            f"rollout.engine: installed vLLM {installed} is not supported; graft runs vLLM "
+            f"{VLLM_SERIES}.x (vLLM 0.30 pins torch 2.13): {INSTALL_ROUTE}"
+        )
+
+
+def check_vllm_installed() -> None:
+    """vLLM installed at the supported series, from its metadata (nothing imported)."""
+    try:
+        installed: str | None = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    check_vllm_version(installed)
+
+
+def check_engine(cfg) -> None:
+    """rollout.engine=vllm with the policies on this machine: vLLM checked before anything heavy
+    is imported or any model builds (a tiny model pre-trains for minutes on a new machine). On Ray
+    the workers' machines decide, and each engine checks (vLLM and a GPU) where it starts."""
+    if cfg.rollout.engine == "vllm" and cfg.run.backend != "ray":
+        check_vllm_installed()

@@ -97,8 +97,7 @@ def run_config(args: argparse.Namespace):
     """(config, run directory, resume?) of a command that writes a run, every check of the
     arguments and of the directory made before anything is written."""
     from graft.config.lib import ConfigError
-    from graft.preflight import check_writable_dir, resolved
-    from graft.rundir import refuse_reuse, same_models
+    from graft.preflight import check_engine, check_writable_dir, resolved
 
     resume = args.resume is not None
     if resume:
@@ -114,12 +113,18 @@ def run_config(args: argparse.Namespace):
         if not (run_dir / "config.yaml").is_file():
             raise FileNotFoundError(f"--resume {run_dir}: no config.yaml in that directory")
         cfg = load(str(run_dir / "config.yaml"), args.overrides, str(run_dir))
+        check_engine(cfg)  # before the heavy imports (graft.rundir imports torch)
+        from graft.rundir import same_models
+
         same_models(load(str(run_dir / "config.yaml"), ()), cfg, run_dir)
         check_writable_dir(run_dir, "--resume")
         return cfg, run_dir, True
     if args.out is not None and not args.out.strip():
         raise ConfigError("--out: empty; name the run directory")
     cfg = load(args.config, args.overrides, args.out)
+    check_engine(cfg)  # before the heavy imports (graft.rundir imports torch)
+    from graft.rundir import refuse_reuse
+
     key = "--out" if args.out is not None else "run.out_dir"
     run_dir = resolved(cfg.run.out_dir, key)
     cfg = with_out_dir(cfg, str(run_dir))  # `~` expanded

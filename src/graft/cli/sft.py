@@ -31,8 +31,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graft.sft.loop import sft
-
     if args.store is not None:
         if args.resume is not None:
             from graft.config import ConfigError
@@ -42,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
             )
         args.overrides = [*args.overrides, f"sft.store={args.store}"]
     cfg, run_dir, resume = run_config(args)
+    from graft.sft.loop import sft
+
     result = sft(cfg, resume=resume, overwrite=args.overwrite)
     if result.finished_before:
         print(f"run {run_dir} already finished at step {result.steps}; nothing to do")

@@ -21,9 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    cfg, run_dir, resume = run_config(args)
     from graft.training.trainer import train
 
-    cfg, run_dir, resume = run_config(args)
     result = train(cfg, resume=resume, overwrite=args.overwrite)
     if result.finished_before:
         print(

@@ -28,6 +28,7 @@ from transformers import (
 )
 
 from graft.config import ModelConfig
+from graft.errors import ModelLoadError
 from graft.models.common import quiet_transformers
 from graft.training.precision import DTYPES
 
@@ -35,10 +36,6 @@ __all__ = ["ModelLoadError", "load_model_and_tokenizer"]
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
-
-
-class ModelLoadError(RuntimeError):
-    """A model or tokenizer could not be loaded; the message is one line naming path and cause."""
 
 
 @dataclass(frozen=True)

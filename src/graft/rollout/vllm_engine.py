@@ -59,7 +59,6 @@ import copy
 import fcntl
 import functools
 import gc
-import importlib.metadata
 import os
 import tempfile
 import threading
@@ -72,12 +71,14 @@ import torch
 from graft.config import RolloutConfig
 from graft.config.lib import ConfigError
 from graft.errors import DataError
+from graft.preflight import (  # noqa: F401  (re-exported: the tests and docs name them here)
+    INSTALL_ROUTE,
+    VLLM_SERIES,
+    check_vllm_installed,
+    check_vllm_version,
+)
 from graft.rollout.generate import Sample, SamplingParams
 from graft.types import FinishReason
-
-VLLM_SERIES = "0.30"
-"""The vLLM release series this engine is written and pinned against (`graft-rl[vllm]`)."""
-INSTALL_ROUTE = "pip install 'graft-rl[vllm]' (see docs/scaling.md)"
 
 MIB = 1 << 20
 KV_BLOCK_TOKENS = 16
@@ -106,26 +107,17 @@ _POSITION_KEYS = (
 )
 
 
-def check_vllm_version(installed: str | None) -> None:
-    """Refuse a missing or unsupported vLLM with one line naming the installed version."""
-    if installed is None:
-        raise ConfigError(f"rollout.engine: vllm is not installed; {INSTALL_ROUTE}")
-    if installed != VLLM_SERIES and not installed.startswith(VLLM_SERIES + "."):
-        raise ConfigError(
-            f"rollout.engine: installed vLLM {installed} is not supported; graft runs vLLM "
-            f"{VLLM_SERIES}.x (vLLM 0.30 pins torch 2.13): {INSTALL_ROUTE}"
-        )
+def check_vllm_here() -> None:
+    """vLLM installed at the supported series and a CUDA GPU visible in this process, checked
+    without importing vLLM (every engine checks it where it starts)."""
+    check_vllm_installed()
+    if not torch.cuda.is_available():
+        raise ConfigError("rollout.engine: vllm needs a CUDA GPU and none is visible; use hf")
 
 
 def load_vllm() -> Any:
     """The `vllm` module, after checking its version and that a CUDA GPU is visible."""
-    try:
-        installed: str | None = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        installed = None
-    check_vllm_version(installed)
-    if not torch.cuda.is_available():
-        raise ConfigError("rollout.engine: vllm needs a CUDA GPU and none is visible; use hf")
+    check_vllm_here()
     # The engine runs in this process, so that weights reach its model without serialization.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import vllm

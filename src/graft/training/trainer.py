@@ -57,6 +57,10 @@ class Trainer:
         if cfg.store.enabled:  # before any model loads or any file is written
             check_store(cfg.store.path or str(self.run_dir / "trajectories"))
         check_trackers(cfg.run.report_to)
+        if cfg.rollout.engine == "vllm" and cfg.run.backend != "ray":  # before any model builds
+            from graft.rollout.vllm_engine import check_vllm_here
+
+            check_vllm_here()  # vLLM and a GPU here (on Ray, each engine checks where it starts)
         self.plan: Plan = make_plan(cfg)
         self.task: Task = build_task(cfg.task)
         self.train_problems = self.task.train_problems()
