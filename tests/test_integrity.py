@@ -252,3 +252,36 @@ def test_resume_falls_back_from_a_flipped_checkpoint_bit_exactly(run, tmp_path, 
     b = load_file(str(weights))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert checkpoint_problems(weights.parents[1], ["policy"]) == []
+
+
+def test_any_byte_of_a_runs_metadata_changed_fails_validate_naming_the_file(tmp_path, capsys):
+    """The run's metadata (config, versions, commit, cost) has its checksum: every single-byte
+    change of runs/<id>.json (a rewrite, as a run's cost update does, included) makes `graft
+    store validate` fail naming the file, and `TrajectoryStore.runs()` refuses it; the version a
+    crash between the two writes of an update would leave still proves."""
+    from graft.cli import main
+    from graft.store import StoreWriter, TrajectoryStore
+    from graft.store.reader import StoreError
+
+    uri = tmp_path / "store"
+    writer = StoreWriter(str(uri), run_id="r1", run_meta={"config": {"lr": 2e-5}}, background=False)
+    before = (uri / "runs/r1.json").read_bytes()
+    writer.update_run_meta(cost={"cost/cum/flops": 1.5e12})
+    writer.close()
+    meta = uri / "runs/r1.json"
+    good = meta.read_bytes()
+    assert main(["store", "validate", str(uri)]) == 0
+    assert TrajectoryStore(str(uri)).runs()["r1"]["cost"] == {"cost/cum/flops": 1.5e12}
+    meta.write_bytes(before)  # the update's sidecar landed, its file did not: still proven
+    assert main(["store", "validate", str(uri)]) == 0
+    capsys.readouterr()
+    for i in range(len(good)):
+        flipped = bytearray(good)
+        flipped[i] ^= 0xFF
+        meta.write_bytes(bytes(flipped))
+        assert main(["store", "validate", str(uri)]) == 1, i
+        assert "problem: runs/r1.json" in capsys.readouterr().out, i
+        with pytest.raises(StoreError, match=r"runs/r1\.json"):
+            TrajectoryStore(str(uri)).runs()
+    meta.write_bytes(good)
+    assert main(["store", "validate", str(uri)]) == 0

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         status = "NOT OK" if not report.ok else "unverified" if report.unverified else "ok"
         print(
             f"{status}: {report.shards} readable shards, {report.rows} rows, "
-            f"{len(report.problems)} problem files, {len(report.unverified)} shards unverified"
+            f"{len(report.problems)} problem files, {len(report.unverified)} files unverified"
         )
         return 0 if report.ok else 1
     if args.model:  # a model the store does not hold is a mistake, not an empty export

@@ -1,6 +1,7 @@
 """Shard checksums: the sha256, byte size and row count of every shard, in a small sidecar.
 
     checksums/run=<run_id>/model=<model>/step_NNNNNNNN.parquet.json     one per shard
+    checksums/runs/<run_id>.json.json                                   one per run's metadata
 
 The writer hashes a shard's bytes in memory, writes the shard to a hidden temporary name, writes
 its sidecar (atomically, temporary name then rename) and only then renames the shard into place:
@@ -93,3 +94,42 @@ def mismatch(record: dict[str, Any], data: pa.Buffer, digest: str) -> str:
             f"its bytes changed after it was written"
         )
     return ""
+
+
+def meta_sidecar_rel(rel: str) -> str:
+    """`runs/<run_id>.json` -> `checksums/runs/<run_id>.json.json`."""
+    return f"{CHECKSUMS_DIR}/{rel}.json"
+
+
+def meta_record(data: bytes, *, rel: str, previous: str | None) -> dict[str, Any]:
+    """The sidecar of a run's metadata file of these bytes. A run rewrites its metadata (its cost
+    so far, at each checkpoint): the sidecar is written first and keeps the digest of the version
+    it replaces (`previous`), so a crash between the two writes leaves an intact earlier version
+    that still proves."""
+    record = {
+        "file": rel,
+        "algorithm": ALGORITHM,
+        ALGORITHM: hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+    }
+    if previous:
+        record["previous"] = previous
+    return record
+
+
+def meta_mismatch(body: bytes, data: bytes, *, rel: str) -> str:
+    """'' when a run's metadata bytes are the recorded ones (or the version they replaced), else
+    what is wrong."""
+    try:
+        record = json.loads(body.decode())
+    except ValueError as err:
+        return f"its checksum {meta_sidecar_rel(rel)} is unreadable ({err})"
+    if not isinstance(record, dict) or record.get("file") != rel:
+        return f"its checksum {meta_sidecar_rel(rel)} describes another file"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest in (record.get(ALGORITHM), record.get("previous")):
+        return ""
+    return (
+        f"{ALGORITHM} {digest[:16]}... is not the recorded one: its bytes changed after it was "
+        "written"
+    )

@@ -29,6 +29,8 @@ from graft.errors import DataError
 from graft.store.checksum import (
     ALGORITHM,
     CHECKSUMS_DIR,
+    meta_mismatch,
+    meta_sidecar_rel,
     mismatch,
     parse_record,
     read_hashed,
@@ -144,13 +146,46 @@ class TrajectoryStore:
         ]
 
     def runs(self) -> dict[str, dict[str, Any]]:
-        selector = pa.fs.FileSelector(f"{self.root}/runs", allow_not_found=True)
+        """Each run's metadata (config, versions, commit, cost), proven against its checksum
+        where it has one; a damaged file is raised (strict) or left out and reported."""
         out = {}
-        for info in self.fs.get_file_info(selector):
-            if info.base_name.endswith(".json") and not info.base_name.startswith("."):
-                with self.fs.open_input_stream(info.path) as f:
-                    out[info.base_name[:-5]] = json.loads(f.read().decode())
+        for rel in self._run_meta_files():
+            data, problem = self._proven_meta(rel)
+            if problem:
+                if self.strict:
+                    raise DamagedShardError(f"{self.uri}: {rel}: {problem}")
+                self._damaged(rel, problem)
+                continue
+            out[rel[len("runs/") : -len(".json")]] = json.loads(data.decode())
         return out
+
+    def _run_meta_files(self) -> list[str]:
+        selector = pa.fs.FileSelector(f"{self.root}/runs", allow_not_found=True)
+        return sorted(
+            info.path[len(self.root) + 1 :]
+            for info in self.fs.get_file_info(selector)
+            if info.base_name.endswith(".json") and not info.base_name.startswith(".")
+        )
+
+    def _proven_meta(self, rel: str) -> tuple[bytes, str]:
+        """A run metadata file's bytes and what is wrong with them ('' when nothing is; a file
+        without a checksum, from a store written before run metadata had one, is unverified)."""
+        with self.fs.open_input_stream(f"{self.root}/{rel}") as f:
+            data = f.read()
+        sidecar = f"{self.root}/{meta_sidecar_rel(rel)}"
+        if self.fs.get_file_info(sidecar).type != pa.fs.FileType.File:
+            if rel not in self.unverified:
+                self.unverified.append(rel)
+        else:
+            with self.fs.open_input_stream(sidecar) as f:
+                problem = meta_mismatch(f.read(), data, rel=rel)
+            if problem:
+                return data, problem
+        try:
+            body = json.loads(data.decode())
+        except ValueError as err:
+            return data, f"not readable JSON ({err})"
+        return data, "" if isinstance(body, dict) else "not a JSON object"
 
     # ----------------------------------------------------------------- shards
     def _checksum(self, rel: str) -> dict[str, Any] | None:
@@ -239,12 +274,15 @@ class TrajectoryStore:
         except StoreError as err:
             if self.strict:
                 raise DamagedShardError(f"{self.uri}: {err}") from None
-            rel = shard.path[len(self.root) + 1 :]
-            if all(rel != seen for seen, _ in self.problems):  # once per shard
-                self.problems.append((rel, str(err)))
-                if self.on_damage is not None:
-                    self.on_damage(rel, str(err))
+            self._damaged(shard.path[len(self.root) + 1 :], str(err))
             return None
+
+    def _damaged(self, rel: str, why: str) -> None:
+        """A damaged file skipped (not strict): recorded once and reported to `on_damage`."""
+        if all(rel != seen for seen, _ in self.problems):
+            self.problems.append((rel, why))
+            if self.on_damage is not None:
+                self.on_damage(rel, why)
 
     # ----------------------------------------------------------------- scans
     def scan(
@@ -391,6 +429,10 @@ class TrajectoryStore:
             report.shards += 1
             report.rows += table.num_rows
         self._sidecars(shards, report)
+        for rel in self._run_meta_files():
+            _, problem = self._proven_meta(rel)
+            if problem:
+                report.problems.append((rel, problem))
         report.unverified = [r for r in self.unverified if r not in dict(report.problems)]
         return report
 
@@ -406,6 +448,8 @@ class TrajectoryStore:
             rel = info.path[len(self.root) + 1 :]
             if info.base_name.startswith(".") and info.base_name.endswith(".tmp"):
                 report.incomplete.append(rel)
+            elif rel.startswith(f"{CHECKSUMS_DIR}/runs/") and rel.endswith(".json.json"):
+                continue  # a run metadata file's checksum, checked with its file
             elif not (rel.endswith(".parquet.json") and _SHARD.search(shard_rel_of(rel))):
                 report.problems.append((rel, "not a graft checksum (unexpected name); ignored"))
             elif shard_rel_of(rel) not in names:

@@ -19,6 +19,7 @@ when a newer graft appends to it: its new shards get checksums, its old ones are
 
 from __future__ import annotations
 
+import hashlib
 import json
 import queue
 import threading
@@ -30,7 +31,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graft.store.checksum import ALGORITHM, record_for, sidecar_rel
+from graft.store.checksum import (
+    ALGORITHM,
+    meta_record,
+    meta_sidecar_rel,
+    record_for,
+    sidecar_rel,
+)
 from graft.store.fs import open_filesystem
 from graft.store.schema import FORMAT_NAME, SCHEMA_VERSION, to_table
 
@@ -81,7 +88,7 @@ class StoreWriter:
         self.run_id = run_id
         self.run_meta = dict(run_meta)
         self._ensure_store()
-        self._write_json(f"{self.root}/runs/{run_id}.json", self.run_meta)
+        self._write_run_meta()
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self.seconds_writing = 0.0  # wall clock on the writer thread
@@ -103,17 +110,35 @@ class StoreWriter:
         check_store_target(self.uri)
 
     def _write_json(self, path: str, body: Mapping[str, Any]) -> None:
+        self._write_bytes(path, json.dumps(body, indent=2, sort_keys=True, default=str).encode())
+
+    def _write_bytes(self, path: str, data: bytes) -> None:
+        """A file written whole under a hidden temporary name, then renamed into place."""
         parent = path.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
         tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.tmp"
         with self.fs.open_output_stream(tmp) as f:
-            f.write(json.dumps(body, indent=2, sort_keys=True, default=str).encode())
+            f.write(data)
         self.fs.move(tmp, path)
 
     def update_run_meta(self, **fields: Any) -> None:
         """Rewrite this run's metadata file with `fields` set (atomically, as at the start)."""
         self.run_meta.update(fields)
-        self._write_json(f"{self.root}/runs/{self.run_id}.json", self.run_meta)
+        self._write_run_meta()
+
+    def _write_run_meta(self) -> None:
+        """runs/<run_id>.json and its checksum: the sidecar first (it keeps the digest of the
+        version it replaces), then the file, each by an atomic rename."""
+        rel = f"runs/{self.run_id}.json"
+        path = f"{self.root}/{rel}"
+        data = json.dumps(self.run_meta, indent=2, sort_keys=True, default=str).encode()
+        previous = None
+        if self.fs.get_file_info(path).type == pa.fs.FileType.File:
+            with self.fs.open_input_stream(path) as f:
+                previous = hashlib.sha256(f.read()).hexdigest()
+        record = meta_record(data, rel=rel, previous=previous)
+        self._write_json(f"{self.root}/{meta_sidecar_rel(rel)}", record)
+        self._write_bytes(path, data)
 
     # ----------------------------------------------------------------- shards
     def write(self, model: str, step: int, columns: Mapping[str, list]) -> None:
