@@ -152,7 +152,11 @@ def load_units(run_dir: Path) -> list[Unit]:
             {f"model.{k}": v for k, v in _flatten(model).items() if k not in ("name",)}
         )
         signature["model.path"] = checkpoint_kind(signature.get("model.path", '""'))
-        others = sorted(f"{m['name']}={m['path']}" for m in models if m["name"] != name)
+        others = sorted(
+            f"{m['name']}={json.loads(checkpoint_kind(json.dumps(m['path'])))}"
+            for m in models
+            if m["name"] != name
+        )
         signature["co_trained_with"] = json.dumps(others)
         units.append(
             Unit(
