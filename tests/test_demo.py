@@ -132,3 +132,42 @@ def test_sft_then_grpo_in_the_baselines_design_fine_tunes_each_model_on_its_peer
     ]
     assert (tmp_path / pair.run.out_dir / "done.json").is_file()
     assert read_metrics(pair.run.out_dir)[-1]["step"] == s.steps
+
+
+def test_the_baselines_study_tests_its_primary_endpoints_as_one_family_across_regimes():
+    """The design fixes one Holm family of 40 over both regimes and both axes: four results
+    with one primary cell each are one family of 4, whose adjusted p-values are Holm's."""
+    from graft.evidence.demo_report import study_family
+    from graft.evidence.stats import holm
+
+    def result(p):
+        cell = {"primary": True, "p": p}
+        metrics = {"m/llama/eval/test/weak/avg@2": {"final": cell}}
+        return {
+            "policies": {"llama": {"vs_baseline": {"GRAFT": {"metrics": metrics}}}},
+            "primary": {"endpoints": ["llama weak final"], "tests": 1, "alpha": 0.05},
+        }
+
+    p_values = {("cold", "steps"): 0.02, ("cold", "tokens"): 0.03}
+    p_values |= {("latent", "steps"): 0.013, ("latent", "tokens"): 0.04}
+    regimes = {}
+    for regime in ("latent", "cold"):
+        compare = result(p_values[regime, "steps"])
+        compare["equal_tokens"] = result(p_values[regime, "tokens"])
+        regimes[regime] = {"compare": compare}
+    study_family(regimes)
+    order = [(r, a) for r in ("latent", "cold") for a in ("steps", "tokens")]
+    expected = holm([p_values[k] for k in order])
+    for (regime, axis), (p_adj, reject) in zip(order, expected, strict=True):
+        r = regimes[regime]["compare"]
+        r = r if axis == "steps" else r["equal_tokens"]
+        cell = r["policies"]["llama"]["vs_baseline"]["GRAFT"]["metrics"]
+        cell = cell["m/llama/eval/test/weak/avg@2"]["final"]
+        assert (cell["holm_p"], cell["holm_significant"]) == (p_adj, reject)
+        assert r["primary"]["tests"] == 4
+        assert len(r["primary"]["endpoints"]) == 4
+    # each regime alone (a family of 2) would reject both of its cells; the family of 4 none
+    assert all(
+        holm([p_values[r, "steps"], p_values[r, "tokens"]])[0][1] for r in ("cold", "latent")
+    )
+    assert [reject for _, reject in expected] == [False, False, False, False]
