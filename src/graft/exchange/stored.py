@@ -18,9 +18,9 @@ from graft.config import ExchangeConfig
 from graft.config.lib import ConfigError
 from graft.exchange.gate import one_way
 from graft.exchange.records import Offer, StepInfo
+from graft.groups import make_groups
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.tasks.pool import VerifierPool
-from graft.training.groups import make_groups
 from graft.types import Completion, Group, Problem, Rollout
 
 NEEDS_SOURCE_LOGPROBS = ("paper", "per_byte")
