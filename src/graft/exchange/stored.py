@@ -93,7 +93,9 @@ class StoredPeer:
         except DamagedShardError as err:
             raise DamagedShardError(f"exchange.store: {err}; {SKIP_HINT}") from None
         found = [p for p in problems if p.id in records]
-        items = [(verifier, row["response"], p.gold) for p in found for row in records[p.id]]
+        items = [
+            (verifier, row["response"], p.gold, p.prompt) for p in found for row in records[p.id]
+        ]
         verdicts_flat = pool.verify(items) if items else []
         rollouts, verdicts, pos, changed = [], [], 0, 0
         for p in found:
