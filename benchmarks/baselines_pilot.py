@@ -45,7 +45,7 @@ def flops(cfg: Config) -> tuple[float, float]:
 
 
 def main() -> None:
-    from graft.training.trainer import train
+    from graft.trainer import train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/baselines_pilot")

@@ -13,7 +13,7 @@ import time
 from common import emit
 
 from graft.config import Config, load_config
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 
 CALLS, STEPS = 200, 7
 

@@ -54,7 +54,7 @@ def settings() -> DemoSettings:
 
 
 def run_all(root: Path) -> dict[tuple[str, int], Path]:
-    from graft.training.trainer import train
+    from graft.trainer import train
 
     s = settings()
     build_presets(s)

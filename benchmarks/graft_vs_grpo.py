@@ -26,7 +26,7 @@ from pathlib import Path
 from common import emit, peak_rss_mib, process_peak_rss_mib, step_arguments, summary
 
 from graft.config import Config, load_config
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 
 
 def _computed_tokens(metrics: dict[str, float], names: list[str]) -> float:

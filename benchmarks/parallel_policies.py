@@ -15,7 +15,7 @@ import time
 from common import emit, peak_rss_mib, process_peak_rss_mib, step_arguments, summary
 
 from graft.config import Config, load_config
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 
 
 def main() -> None:

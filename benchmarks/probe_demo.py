@@ -36,7 +36,7 @@ def _with(cfg: Config, **sections: dict[str, Any]) -> Config:
 
 def check_regime(regime: str, root: Path) -> dict[str, Any]:
     """Probe and train one regime; what matched and what the run realized."""
-    from graft.training.trainer import train
+    from graft.trainer import train
 
     s = DemoSettings.make(study="graft")
     build_presets(dataclasses.replace(s, regimes=(regime,)))

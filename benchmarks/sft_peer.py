@@ -53,7 +53,7 @@ def settings() -> DemoSettings:
 
 def peer_store(root: Path, seed: int) -> Config:
     """The seed's GRPO run of the pair (its store holds both models' rollouts)."""
-    from graft.training.trainer import train
+    from graft.trainer import train
 
     (cfg,) = run_configs(settings(), root, "latent", seed)["grpo"]
     if not is_done(cfg):

@@ -25,7 +25,7 @@ import torch
 from common import emit, peak_rss_mib
 
 from graft.config import Config, load_config
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 
 PHASES = ("generate", "verify", "exchange", "fwd_bwd", "optim", "store")
 

@@ -23,8 +23,8 @@ from common import emit, peak_rss_mib, step_arguments, summary
 
 from graft.config import Config, load_config
 from graft.store import TrajectoryStore
+from graft.trainer import Trainer
 from graft.training.recorder import Recorder
-from graft.training.trainer import Trainer
 
 
 def main() -> None:

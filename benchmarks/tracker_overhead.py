@@ -20,7 +20,7 @@ from common import emit, step_arguments, summary
 
 from graft.config import Config, load_config, to_dict
 from graft.rundir.trackers import TRACKERS, open_trackers
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 
 
 def main() -> None:

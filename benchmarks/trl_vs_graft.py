@@ -52,7 +52,7 @@ from graft.config import ArithmeticConfig, Config, load_config
 from graft.models.tiny import TinySpec, build_tiny
 from graft.tasks import prompt_batch
 from graft.tasks.answer import final_number
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 
 THREADS = 2
 TINY_SPEC = TinySpec(

@@ -287,7 +287,7 @@ def check_graft_run(ctx: Context) -> dict:
 def check_update_speed(ctx: Context) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from graft.training.precision import Precision
+    from graft.models.precision import Precision
     from graft.training.update import UpdateSettings, train_on_batch
     from graft.types import TrainGroup, TrainSequence
 

@@ -14,8 +14,8 @@ from graft.store import StoreWriter
 def peer_store(path: Path, *, answers: str, verifier: str) -> None:
     """A peer's store of 4 prompts x 2 responses: all right, all wrong, or another task's (LaTeX
     answers, verified with the math verifier)."""
+    from graft.groups import make_groups
     from graft.store import Provenance, StoreWriter, group_rows
-    from graft.training.groups import make_groups
     from graft.types import Completion, Problem, Rollout, Verdict
 
     rollouts, verdicts = [], []

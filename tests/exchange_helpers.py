@@ -1,6 +1,6 @@
 """Builders of hand-made groups for the pure exchange tests."""
 
-from graft.training.groups import make_groups
+from graft.groups import make_groups
 from graft.types import Completion, Problem, Rollout, Verdict
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from graft.training.groups import drgrpo_advantages, grpo_advantages
+from graft.groups import drgrpo_advantages, grpo_advantages
 from graft.training.loss import (
     aggregate,
     clipped_surrogate,

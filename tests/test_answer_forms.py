@@ -235,8 +235,9 @@ def test_answer_line_extraction_is_opt_in():
     assert verify_math_answer_line(response, "42").category == "correct"
     assert verify_math_answer_line(response, "43").category == "wrong"
     assert verify_math_answer_line("6 * 7 = 42, I think", "42").category == "no_answer"
-    # A box still wins over the answer line.
-    assert verify_math_answer_line("\\boxed{41}\nThe answer is 42", "42").category == "wrong"
+    # A box still wins over the answer line, and the line after it takes the box back.
+    assert verify_math_answer_line("\\boxed{41}\nThe answer is 42", "42").category == "no_answer"
+    assert verify_math_answer_line("\\boxed{41}\nThe answer is 41", "42").category == "wrong"
     assert verify_math_answer_line("\\boxed{5} then \\boxed{42", "42").category == "no_answer"
 
 

@@ -132,7 +132,7 @@ def test_the_driver_takes_each_policys_rollouts_as_they_arrive(backend):
     leaves no stale answer behind for the next call."""
     from graft.config import Config, load_config
     from graft.rollout import SamplingParams
-    from graft.training.trainer import Trainer
+    from graft.trainer import Trainer
 
     if backend == "ray":
         ray = pytest.importorskip("ray")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graft.models.modeling import score_sequences
 from graft.tasks import extra_prompts, prompt_batch
 from graft.training.contrast import Budget, has_contrast, settle, start
-from graft.training.modeling import score_sequences
 from graft.training.update import UpdateSettings, minibatch_backward
 from graft.types import Problem, TrainGroup, TrainSequence
 

@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM
 
 from graft.config import Config, load_config
 from graft.rundir import read_metrics
+from graft.trainer import Trainer
 from graft.training.cost import CostLog, Meter, flop_estimate, last_cumulative, step_cost
-from graft.training.trainer import Trainer
 from graft.training.update import UpdateSettings, train_on_batch
 from graft.types import TrainGroup, TrainSequence
 

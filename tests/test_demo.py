@@ -94,8 +94,8 @@ def test_sft_then_grpo_in_the_baselines_design_fine_tunes_each_model_on_its_peer
 
     from graft.evidence.demo import DemoSettings, run_configs
     from graft.evidence.demo_report import run_all
+    from graft.groups import make_groups
     from graft.store import Provenance, StoreWriter, group_rows
-    from graft.training.groups import make_groups
     from graft.types import Completion, Problem, Rollout, Verdict
 
     s = DemoSettings.make(quick=True)

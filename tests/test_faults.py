@@ -23,10 +23,10 @@ from safetensors.torch import load_file
 from graft.cli import main
 from graft.config import ExchangeConfig
 from graft.exchange import StoredPeer
+from graft.groups import group_advantages, make_groups
 from graft.rundir import checkpoint_problems, read_metrics, write_manifest
 from graft.store import Provenance, StoreWriter, group_rows
 from graft.tasks.pool import VerifierPool
-from graft.training.groups import group_advantages, make_groups
 from graft.types import Completion, Problem, Rollout, Verdict
 
 SMALL = [
@@ -262,7 +262,7 @@ def test_a_full_disk_anywhere_else_names_the_path(runs, monkeypatch, capsys):
     """Any other write that hits ENOSPC (here the summary) is one line naming the file."""
     import errno
 
-    import graft.training.trainer
+    import graft.trainer
 
     run = runs["root"] / "disk_full_summary"
     shutil.copytree(runs["split"], run)
@@ -270,7 +270,7 @@ def test_a_full_disk_anywhere_else_names_the_path(runs, monkeypatch, capsys):
     def full(run_dir, *_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "summary.json"))
 
-    monkeypatch.setattr(graft.training.trainer, "write_summary", full)
+    monkeypatch.setattr(graft.trainer, "write_summary", full)
     assert main(["train", "--resume", str(run), "--set", "run.steps=4"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no space left on device" in err and "summary.json" in err and "\n" not in err
@@ -321,7 +321,7 @@ import pathlib, signal, sys, time
 # Ctrl-C as a terminal delivers it, whatever this process inherited (an ignored SIGINT survives
 # exec, and Python then installs no handler).
 signal.signal(signal.SIGINT, signal.default_int_handler)
-import graft.training.trainer as trainer
+import graft.trainer as trainer
 
 exchange = trainer.Trainer.exchange
 
@@ -382,11 +382,11 @@ def test_ctrl_c_mid_step_stops_in_one_line_and_resumes_exactly(runs, tmp_path, c
 def _poison_step(monkeypatch, bad_step: int) -> None:
     """The update of step `bad_step` (0-based) meets a NaN loss and NaN gradients, as an
     overflowing forward pass gives them."""
-    import graft.training.trainer
+    import graft.trainer
     import graft.training.update
 
     current = {"step": -1}
-    step, backward = graft.training.trainer.Trainer.step, graft.training.update.minibatch_backward
+    step, backward = graft.trainer.Trainer.step, graft.training.update.minibatch_backward
 
     def tracking_step(self, s):
         current["step"] = s
@@ -401,7 +401,7 @@ def _poison_step(monkeypatch, bad_step: int) -> None:
                     p.grad.fill_(float("nan"))
         return stats
 
-    monkeypatch.setattr(graft.training.trainer.Trainer, "step", tracking_step)
+    monkeypatch.setattr(graft.trainer.Trainer, "step", tracking_step)
     monkeypatch.setattr(graft.training.update, "minibatch_backward", poisoned)
 
 

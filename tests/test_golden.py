@@ -32,7 +32,7 @@ from golden_record import (
 )
 from graft.config import Config, load_config
 from graft.rundir import is_timing, read_metrics
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -216,7 +216,7 @@ def _advantages_over_admitted(d, weights, *, objective="pg"):
     import torch
 
     from graft.exchange.replace import admitted_rows, peer_sequence
-    from graft.training.groups import grpo_advantages
+    from graft.groups import grpo_advantages
     from graft.types import TrainGroup
 
     out = {}

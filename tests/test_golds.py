@@ -14,7 +14,7 @@ from graft.rundir import read_metrics
 from graft.tasks.golds import check_golds, require_golds, usable_problems
 from graft.tasks.math_data import FIXTURE_PATH
 from graft.tasks.pool import VerifierPool
-from graft.training.trainer import Trainer
+from graft.trainer import Trainer
 from graft.types import Problem
 
 GOLDS = ["12:00", "\\frac{1}{2", "4.5e33", "1, 2, \\ldots", "1 + \\foo", "5.", "", "\\mathrm{e}"]

@@ -27,11 +27,11 @@ from graft.exchange import (
     own_batches,
     transfer_requests,
 )
+from graft.groups import make_groups
 from graft.rollout import SamplingParams
 from graft.rundir import read_metrics
 from graft.tasks.arithmetic import ArithmeticTask
 from graft.tasks.verify import verify_final_number
-from graft.training.groups import make_groups
 from graft.training.policy import PolicySpec
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"

@@ -32,8 +32,54 @@ def test_every_package_says_what_it_holds():
 
 
 def test_only_the_data_flow_packages_and_shared_modules_stand_at_the_top():
+    """The shared records and helpers, the pure group math several packages use, and the loop
+    on top of them all."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-    assert top == ["errors", "preflight", "procutil", "seeds", "types"], top
+    assert top == ["errors", "groups", "preflight", "procutil", "seeds", "trainer", "types"], top
+
+
+def package_imports() -> dict[str, dict[str, str]]:
+    """Top-level package (or module) -> the other ones it imports at module level (imports in
+    functions and under `if TYPE_CHECKING:` aside) -> one module that does."""
+    edges: dict[str, dict[str, str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        src = parts[0]
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            names = []
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("graft"):
+                mod = node.module.split(".")
+                names = [mod[1]] if len(mod) > 1 else [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name.split(".")[1] for a in node.names if a.name.startswith("graft.")]
+            for dst in names:
+                if dst != src:
+                    edges.setdefault(src, {}).setdefault(dst, "/".join(parts))
+    return edges
+
+
+def test_packages_form_layers_without_an_import_cycle():
+    """At module level no package imports, through any chain, a package that imports it back:
+    helpers live below their users and the trainer above what it drives."""
+    edges = package_imports()
+
+    def reach(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in edges.get(node, {}):
+                if nxt == start:
+                    return [*path, start]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+        return None
+
+    cycles = {p for p in edges if reach(p)}
+    assert not cycles, {p: reach(p) for p in sorted(cycles)}
+    assert edges["trainer"].keys() >= {"backends", "exchange", "training", "groups"}
 
 
 def _imported_after(code: str) -> set[str]:

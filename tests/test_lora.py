@@ -110,7 +110,7 @@ def test_lora_grpo_raises_accuracy_trains_only_the_adapter_and_exports_a_merged_
     assert main(["export-merged", str(run), "--out", str(out)]) == 0
     from transformers import AutoModelForCausalLM
 
-    from graft.training.modeling import score_sequences
+    from graft.models.modeling import score_sequences
 
     merged = AutoModelForCausalLM.from_pretrained(out).eval()
     assert not any("lora" in k for k in merged.state_dict())
@@ -219,7 +219,7 @@ def test_lora_on_a_gguf_loaded_model_trains_saves_and_merges(tmp_path, monkeypat
     pytest.importorskip("gguf")
     from graft.config import AlgoConfig, LoRAConfig, ModelConfig, OptimConfig, RolloutConfig
     from graft.models import load_model_and_tokenizer
-    from graft.training.modeling import score_sequences
+    from graft.models.modeling import score_sequences
     from graft.training.policy import Policy, PolicySpec
     from graft.types import TrainGroup, TrainSequence
     from test_gguf import write_llama_gguf
@@ -258,7 +258,7 @@ def test_the_kl_reference_of_a_lora_policy_is_its_base_model(tmp_path):
     """With algo.kl_coef > 0 the reference is the base (adapters switched off), not a copy."""
     from graft.config import AlgoConfig, LoRAConfig, ModelConfig, OptimConfig, RolloutConfig
     from graft.models import load_model_and_tokenizer
-    from graft.training.modeling import score_sequences
+    from graft.models.modeling import score_sequences
     from graft.training.policy import Policy, PolicySpec
     from graft.types import TrainGroup, TrainSequence
 

@@ -136,6 +136,7 @@ def test_a_wheel_from_a_clean_clone_installs_and_runs_the_quick_demo(tmp_path):
     environment (graft from the wheel alone; its dependencies are this environment's, reached
     through a path file, so nothing is downloaded) and runs there: `graft config --example` prints
     the shipped configs and `graft demo --quick` trains, evaluates and reports."""
+    import os
     import shutil
     import site
     import subprocess
@@ -145,9 +146,11 @@ def test_a_wheel_from_a_clean_clone_installs_and_runs_the_quick_demo(tmp_path):
         pytest.skip("needs a git checkout to clone")
     clone, dist, venv = tmp_path / "clone", tmp_path / "dist", tmp_path / "venv"
 
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's graft only
+
     def run(*cmd, **kw) -> subprocess.CompletedProcess:
         done = subprocess.run(
-            [str(c) for c in cmd], capture_output=True, text=True, timeout=600, **kw
+            [str(c) for c in cmd], capture_output=True, text=True, timeout=600, env=env, **kw
         )
         assert done.returncode == 0, f"{cmd}: {done.stderr[-2000:]}"
         return done

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from graft.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig
+from graft.models.precision import Precision, low_precision_warning
 from graft.rollout import SamplingParams
 from graft.training.policy import Policy, PolicySpec
-from graft.training.precision import Precision, low_precision_warning
 from graft.types import Problem, TrainGroup, TrainSequence
 
 LR = 1e-6

@@ -133,10 +133,10 @@ def test_cross_tokenizer_transfer_between_the_real_models(gguf_paths):
         graft_direction,
         transfer_requests,
     )
+    from graft.groups import make_groups
     from graft.rollout import SamplingParams
     from graft.tasks.math_data import MathTask
     from graft.tasks.verify import verify_math
-    from graft.training.groups import make_groups
     from graft.training.policy import PolicySpec
 
     problems = MathTask(MathDataConfig(train=str(FIXTURE))).train_problems()[6:7]  # 3x + 7 = 22

@@ -17,7 +17,7 @@ from test_faults import SMALL, _sets, _train, _weights, signal_when_ready
 
 KILLABLE = """
 import pathlib, sys, time
-import graft.training.trainer as trainer
+import graft.trainer as trainer
 
 settle = trainer.Trainer.settle
 

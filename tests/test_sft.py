@@ -13,11 +13,11 @@ from safetensors.torch import load_file
 
 from graft.cli import main
 from graft.config import ArithmeticConfig, SftConfig
+from graft.groups import make_groups
 from graft.rundir import read_metrics
 from graft.sft.data import distinct_rows, held_out, select
 from graft.store import Provenance, StoreWriter, group_rows
 from graft.tasks.arithmetic import ArithmeticTask
-from graft.training.groups import make_groups
 from graft.training.update import UpdateSettings, minibatch_backward
 from graft.types import Completion, Rollout, TrainSequence, Verdict
 

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from conftest import random_llama
 from graft.config import AlgoConfig, OptimConfig, RolloutConfig
-from graft.training.modeling import score_sequences
+from graft.models.modeling import score_sequences
 from graft.training.shards import (
     UNSHARDED,
     ShardRank,

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from graft.models.modeling import distinct_rows, pack, response_logprobs, shared_prompt_logprobs
 from graft.rollout.generate import SamplingParams, sample
-from graft.training.modeling import distinct_rows, pack, response_logprobs, shared_prompt_logprobs
 
 
 def _rows(vocab: int, seed: int, *, prompts: int, copies: int, max_resp: int):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from graft.cli import main
+from graft.groups import make_groups
 from graft.store import (
     SCHEMA,
     Provenance,
@@ -23,7 +24,6 @@ from graft.store import (
     group_rows,
 )
 from graft.store.checksum import record_for, sidecar_rel
-from graft.training.groups import make_groups
 from graft.types import Completion, Problem, Rollout, Verdict
 
 PROV = Provenance(

@@ -5,7 +5,7 @@ from functools import partial
 import pytest
 import torch
 
-from graft.training.modeling import score_sequences
+from graft.models.modeling import score_sequences
 from graft.training.update import (
     UpdateSettings,
     minibatch_backward,

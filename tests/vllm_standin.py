@@ -57,12 +57,12 @@ class _CuMemAllocator:
 
     def sleep(self) -> None:
         for engine in self.engines:
-            engine.unmapped = {"weights", "kv_cache"}
-            engine.prefix_cache.clear()  # the KV cache is discarded, every engine's
+            engine._unmapped = {"weights", "kv_cache"}
+            engine._prefix_cache.clear()  # the KV cache is discarded, every engine's
 
     def wake_up(self, tags: list[str]) -> None:
         for engine in self.engines:
-            engine.unmapped -= set(tags)
+            engine._unmapped -= set(tags)
 
 
 ALLOCATOR = _CuMemAllocator()
@@ -130,7 +130,7 @@ class LLM:
         logprobs_mode: str = "raw_logprobs",
         kv_cache_memory_bytes: int | None = None,
     ) -> None:
-        self.started = time.monotonic()
+        self._started = time.monotonic()
         self.triton_f32_default = os.environ.get("TRITON_F32_DEFAULT")
         time.sleep(float(os.environ.get("VLLM_STANDIN_STARTUP_S", "0")))
         self.calls: list[str] = ["init"]
@@ -145,7 +145,7 @@ class LLM:
                 f"max_model_len ({derived})"
             )
         torch_dtype = _DTYPES.get(dtype, torch.float32)
-        self.max_model_len = max_model_len or derived
+        self._max_model_len = max_model_len or derived
         self.kv_cache_memory_bytes = kv_cache_memory_bytes
         if kv_cache_memory_bytes is not None:
             self._check_kv_cache(config, torch_dtype.itemsize, kv_cache_memory_bytes)
@@ -154,12 +154,12 @@ class LLM:
         else:
             self.hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
         self.hf.eval()
-        self.prefix_caching = enable_prefix_caching is not False
-        self.sleep_mode, self.logprobs_mode = enable_sleep_mode, logprobs_mode
-        self.sleeping_tags: set[str] = set()  # what this engine's executor believes is asleep
-        self.unmapped: set[str] = set()  # what of its memory the allocator has unmapped
-        self.prefix_cache: dict[tuple[int, ...], tuple] = {}
-        if self.sleep_mode:
+        self._prefix_caching = enable_prefix_caching is not False
+        self._sleep_mode, self._logprobs_mode = enable_sleep_mode, logprobs_mode
+        self._sleeping_tags: set[str] = set()  # what this engine's executor believes is asleep
+        self._unmapped: set[str] = set()  # what of its memory the allocator has unmapped
+        self._prefix_cache: dict[tuple[int, ...], tuple] = {}
+        if self._sleep_mode:
             ALLOCATOR.engines.add(self)
 
     def _check_kv_cache(self, config, dtype_bytes: int, available: int) -> None:
@@ -168,67 +168,67 @@ class LLM:
         kv_heads = getattr(text, "num_key_value_heads", None) or heads
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
         token = 2 * text.num_hidden_layers * kv_heads * head_dim * dtype_bytes
-        needed = (-(-self.max_model_len // _BLOCK) + 1) * _BLOCK * token  # + the null block
+        needed = (-(-self._max_model_len // _BLOCK) + 1) * _BLOCK * token  # + the null block
         if needed > available:
             raise ValueError(
                 f"To serve at least one request with the model's max seq len "
-                f"({self.max_model_len}), ({needed / 2**30:.2f} GiB KV cache is needed, which is "
+                f"({self._max_model_len}), ({needed / 2**30:.2f} GiB KV cache is needed, which is "
                 f"larger than the available KV cache memory ({available / 2**30:.2f} GiB)."
             )
 
-    @property
-    def asleep(self) -> set[str]:
-        """The tags whose memory this engine cannot use now."""
-        return self.sleeping_tags | self.unmapped
+    def _asleep(self) -> set[str]:
+        """The tags whose memory this engine cannot use now (vLLM's `LLM` has no such public
+        property: graft's engine must keep its own record)."""
+        return self._sleeping_tags | self._unmapped
 
     # ----------------------------------------------------------------- engine control
-    def apply_model(self, fn):
-        if "weights" in self.asleep:
+    def apply_model(self, func):
+        if "weights" in self._asleep():
             raise RuntimeError("weights are asleep")
         self.calls.append("apply_model")
-        return [fn(_Model(self.hf))]
+        return [func(_Model(self.hf))]
 
     def reset_prefix_cache(self) -> bool:
         self.calls.append("reset_prefix_cache")
-        self.prefix_cache.clear()
+        self._prefix_cache.clear()
         return True
 
     def sleep(self, level: int = 1) -> None:
-        if not self.sleep_mode:
+        if not self._sleep_mode:
             raise ValueError("Sleep mode is not enabled")
         self.calls.append(f"sleep:{level}")
-        if self.sleeping_tags:
+        if self._sleeping_tags:
             return  # vLLM: "Executor is already sleeping."
         ALLOCATOR.sleep()  # also clears the prefix cache, as vLLM 0.30 does when it frees the KV
-        self.sleeping_tags = {"weights", "kv_cache"}
+        self._sleeping_tags = {"weights", "kv_cache"}
         trace = os.environ.get("VLLM_STANDIN_TRACE")
         if trace and self.calls.count(f"sleep:{level}") == 1:
             with open(trace, "a") as f:
-                f.write(f"{os.getpid()} {self.started} {time.monotonic()}\n")
+                f.write(f"{os.getpid()} {self._started} {time.monotonic()}\n")
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         tags = tags or ["weights", "kv_cache"]
         self.calls.append("wake_up:" + ",".join(sorted(tags)))
-        if not self.sleeping_tags or not set(tags) <= self.sleeping_tags:
+        if not self._sleeping_tags or not set(tags) <= self._sleeping_tags:
             return  # vLLM: "Executor is not sleeping." / "Tag ... is not in sleeping tags"
         ALLOCATOR.wake_up(tags)
-        self.sleeping_tags -= set(tags)
+        self._sleeping_tags -= set(tags)
 
     # ----------------------------------------------------------------- generation
     @torch.no_grad()
     def generate(self, prompts, sampling_params, *, use_tqdm: bool = True):
-        if self.asleep:
-            raise RuntimeError(f"generate while asleep: {sorted(self.asleep)}")
+        if self._asleep():
+            raise RuntimeError(f"generate while asleep: {sorted(self._asleep())}")
         self.calls.append("generate")
         return [self._one(p["prompt_token_ids"], sp) for p, sp in zip(prompts, sampling_params)]
 
     def _prefill(self, prompt: tuple[int, ...]) -> tuple:
-        cached = self.prefix_cache.get(prompt) if self.prefix_caching else None
+        cached = self._prefix_cache.get(prompt) if self._prefix_caching else None
         if cached is None:
             out = self.hf(torch.tensor([prompt]), use_cache=True)
             cached = (out.past_key_values, out.logits[0, -1].float())
-            if self.prefix_caching:
-                self.prefix_cache[prompt] = copy.deepcopy(cached)
+            if self._prefix_caching:
+                self._prefix_cache[prompt] = copy.deepcopy(cached)
         return copy.deepcopy(cached)
 
     def _pick(self, logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator):
@@ -246,12 +246,12 @@ class LLM:
             scaled = scaled.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
         processed = torch.log_softmax(scaled, -1)
         token = int(torch.multinomial(processed.exp(), 1, generator=gen))
-        chosen = raw if self.logprobs_mode == "raw_logprobs" else processed
+        chosen = raw if self._logprobs_mode == "raw_logprobs" else processed
         return token, float(chosen[token])
 
     def _one(self, prompt_ids, sp: SamplingParams):
         prompt = tuple(prompt_ids)
-        if len(prompt) >= self.max_model_len:
+        if len(prompt) >= self._max_model_len:
             raise ValueError(f"prompt (length {len(prompt)}) is longer than the maximum length")
         gen = torch.Generator().manual_seed(sp.seed or 0)
         past, logits = self._prefill(prompt)
@@ -263,7 +263,7 @@ class LLM:
             if token in (sp.stop_token_ids or ()):
                 reason = "stop"
                 break
-            if len(ids) >= sp.max_tokens or len(prompt) + len(ids) >= self.max_model_len:
+            if len(ids) >= sp.max_tokens or len(prompt) + len(ids) >= self._max_model_len:
                 break
             out = self.hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
             past, logits = out.past_key_values, out.logits[0, -1].float()

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg, run_dir, resume = run_config(args)
-    from graft.training.trainer import train
+    from graft.trainer import train
 
     result = train(cfg, resume=resume, overwrite=args.overwrite)
     if result.finished_before:

@@ -119,7 +119,8 @@ class TaskConfig:
 class VerifyConfig:
     verifier: str = ""
     """Verifier instead of the task's own: a built-in name (`math`, `final_number`) or an import
-    path `package.module:function` taking (response, gold) and returning a graft Verdict."""
+    path `package.module:function` taking (response, gold, problem) and returning a graft
+    Verdict (one taking (response, gold) gets no problem text)."""
     workers: int = 2
     """Verifier worker processes."""
     timeout_s: float = 5.0

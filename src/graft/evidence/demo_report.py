@@ -112,7 +112,7 @@ def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
     from tqdm.auto import tqdm
 
     from graft.sft.loop import sft
-    from graft.training.trainer import train
+    from graft.trainer import train
 
     jobs = _pending(s, out)
     spent: dict[str, float] = {}

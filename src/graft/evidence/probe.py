@@ -99,7 +99,7 @@ def run_probe(
     from tqdm import tqdm
 
     from graft.evidence.probe_cache import RolloutCache
-    from graft.training.trainer import Trainer
+    from graft.trainer import Trainer
 
     trainer = Trainer(cfg)
     try:

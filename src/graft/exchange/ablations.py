@@ -20,7 +20,7 @@ import torch
 from graft.config import ExchangeConfig
 from graft.exchange.records import Direction
 from graft.exchange.replace import Members, admitted_rows, peer_sequence, replacement_groups
-from graft.training.groups import group_advantages, self_train_group
+from graft.groups import group_advantages, self_train_group
 from graft.types import Group, Imported, TrainGroup, TrainSequence
 
 Replace = Callable[[Direction, Sequence[float]], dict[int, TrainGroup]]

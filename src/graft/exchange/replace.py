@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from graft.exchange.records import Direction, Selection
-from graft.training.groups import self_train_group
+from graft.groups import self_train_group
 from graft.types import Group, Imported, Objective, PeerResponse, TrainGroup, TrainSequence
 
 Members = Callable[[Group], Sequence[int]]

@@ -31,9 +31,9 @@ from graft.exchange.records import (
 from graft.exchange.replace import all_members, peer_requests, receiver_batch
 from graft.exchange.stored import StoredPeer
 from graft.exchange.weight import admission_weights, compatibility_scores
+from graft.groups import self_train_group
 from graft.seeds import derive_seed
 from graft.tasks.pool import VerifierPool
-from graft.training.groups import self_train_group
 from graft.types import Group, Imported, PeerResponse, TrainGroup
 
 if TYPE_CHECKING:

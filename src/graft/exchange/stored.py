@@ -18,9 +18,9 @@ from graft.config import ExchangeConfig
 from graft.config.lib import ConfigError
 from graft.exchange.gate import one_way
 from graft.exchange.records import Offer, StepInfo
+from graft.groups import make_groups
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.tasks.pool import VerifierPool
-from graft.training.groups import make_groups
 from graft.types import Completion, Group, Problem, Rollout
 
 NEEDS_SOURCE_LOGPROBS = ("paper", "per_byte")
@@ -93,7 +93,9 @@ class StoredPeer:
         except DamagedShardError as err:
             raise DamagedShardError(f"exchange.store: {err}; {SKIP_HINT}") from None
         found = [p for p in problems if p.id in records]
-        items = [(verifier, row["response"], p.gold) for p in found for row in records[p.id]]
+        items = [
+            (verifier, row["response"], p.gold, p.prompt) for p in found for row in records[p.id]
+        ]
         verdicts_flat = pool.verify(items) if items else []
         rollouts, verdicts, pos, changed = [], [], 0, 0
         for p in found:

@@ -30,7 +30,7 @@ from transformers import (
 from graft.config import ModelConfig
 from graft.errors import ModelLoadError
 from graft.models.common import quiet_transformers
-from graft.training.precision import DTYPES
+from graft.models.precision import DTYPES
 
 __all__ = ["ModelLoadError", "load_model_and_tokenizer"]
 

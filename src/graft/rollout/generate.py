@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from graft.training.modeling import distinct_rows
+from graft.models.modeling import distinct_rows
 from graft.types import FinishReason
 
 

@@ -126,7 +126,7 @@ def read_examples(cfg: SftConfig, *, pool: VerifierPool, verifier: str, seed: in
         text = str(err)
         raise StoreError(text if text.startswith("sft.") else f"sft.store: {text}") from None
     rows = distinct_rows(table.to_pylist())
-    items = [(verifier, r["response"], r["gold"]) for r in rows]
+    items = [(verifier, r["response"], r["gold"], r["prompt"]) for r in rows]
     verdicts = pool.verify(items) if items else []
     examples = select(
         rows, verdicts, cfg, seed=seed, stored_rewards=[float(r["reward"]) for r in rows]

@@ -35,9 +35,9 @@ from graft.seeds import derive_seed
 from graft.sft.data import Example, Examples, read_examples
 from graft.tasks import build_task, prompt_batch, run_verifier
 from graft.tasks.pool import VerifierPool
+from graft.trainer import RunResult
 from graft.training.cost import CostLog, last_cumulative, step_cost
 from graft.training.progress import progress_bar, warn
-from graft.training.trainer import RunResult
 from graft.types import PeerResponse, TrainGroup, TrainSequence
 
 VAL_SUITE = "sft_val"

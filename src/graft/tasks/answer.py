@@ -6,11 +6,8 @@ response that never committed to an answer. `last_boxed` never falls back to an 
 boxes (`\\boxed{1}, \\boxed{2}`); `answer_line` is the opt-in fallback for responses without a
 box (`verify.extract: answer_line`); `final_number` accepts only a bare integer after the last `=`.
 
-`commitment` says whether the text around the final box takes it back: an earlier box offered as
-an alternative (`$\\boxed{5}$ (or possibly $\\boxed{7}$)`) or an alternative after it (`\\boxed{7},
-or maybe 5`) is a hedge; text after it that calls it wrong or states another answer (`... but
-that is wrong: the correct answer is 6`) retracts it. `offers_alternatives` finds a hedge inside
-one box (`\\boxed{4 \\text{ or } 5}`).
+Whether the text around the final box takes it back is `graft.tasks.commitment`'s business;
+`offers_alternatives` finds a hedge inside one box (`\\boxed{4 \\text{ or } 5}`).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from __future__ import annotations
 import re
 
 # `\boxed` or `\fbox`, not followed by another letter (`\boxedx` is a different command).
-_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # `\boxed 5`: the command, whitespace, then one token (TeX's single-argument form).
 _BOX_TOKEN = re.compile(r"\s+([^\s{}$\\]+)")
 _INTEGER = re.compile(r"-?[0-9]+")
@@ -54,7 +51,7 @@ def _balanced_group(text: str, open_pos: int) -> str | None:
     return None
 
 
-def _box_at(text: str, command_start: int, pos: int) -> tuple[int, int, str | None]:
+def box_at(text: str, command_start: int, pos: int) -> tuple[int, int, str | None]:
     """(start, end, content) of the box whose command ends at `pos`; content None if unclosed."""
     rest = text[pos:]
     stripped = rest.lstrip()
@@ -77,13 +74,13 @@ def last_boxed(text: str) -> str | None:
     Returns None when there is no box, or when the last one is unclosed (a response cut off inside
     its final box has no answer, even if an earlier box is closed). An empty box gives "".
     """
-    commands = list(_BOX_COMMAND.finditer(text))
+    commands = list(BOX_COMMAND.finditer(text))
     if not commands:
         return None
-    return _box_at(text, commands[-1].start(), commands[-1].end())[2]
+    return box_at(text, commands[-1].start(), commands[-1].end())[2]
 
 
-def _joins(gap: str) -> bool:
+def joins(gap: str) -> bool:
     """Does `gap` only separate two boxes of one answer (commas, "and", math delimiters)?"""
     if len(gap) > _MAX_JOINER_CHARS:
         return False
@@ -97,16 +94,16 @@ def final_boxes(text: str) -> tuple[str, ...] | None:
     `\\boxed{1}, \\boxed{2}, \\boxed{3}` gives ("1", "2", "3"); a box followed by more reasoning
     and then another box gives only the last one. None when `last_boxed` is None.
     """
-    commands = list(_BOX_COMMAND.finditer(text))
+    commands = list(BOX_COMMAND.finditer(text))
     if not commands:
         return None
-    boxes = [_box_at(text, m.start(), m.end()) for m in commands]
+    boxes = [box_at(text, m.start(), m.end()) for m in commands]
     start, _, content = boxes[-1]
     if content is None:
         return None
     out = [content]
     for prev_start, prev_end, prev_content in reversed(boxes[:-1]):
-        if prev_content is None or prev_end > start or not _joins(text[prev_end:start]):
+        if prev_content is None or prev_end > start or not joins(text[prev_end:start]):
             break
         out.append(prev_content)
         start = prev_start
@@ -140,44 +137,9 @@ def final_number(text: str) -> str | None:
     return tail if _INTEGER.fullmatch(tail) else None
 
 
-_HEDGE = re.compile(r"\b(?:or|maybe|perhaps|possibly|alternatively|otherwise)\b", re.IGNORECASE)
-_MATHY = re.compile(r"\d|\\boxed|\$|\\frac|\\sqrt|\b[a-z]\b")
-_RETRACTION = re.compile(
-    r"\b(?:is|was|seems|looks|be)\s+(?:wrong|incorrect|not\s+(?:the\s+)?(?:right|correct))"
-    r"|(?<!no\s)\bmistake\b|\bcorrect\s+answer\s+is\b|\banswer\s+should\s+be\b"
-    r"|\bscratch\s+that\b|\binstead\b|\bactually\b[,\s]+(?:it|the\s+answer)\b",
-    re.IGNORECASE,
-)
-_HEDGE_WINDOW = 80
-"""How far from the final box (in characters) an alternative counts as offered with it."""
 _IN_BOX_HEDGE = re.compile(r"\b(?:or|either|maybe|possibly)\b|\\lor\b|\\vee\b")
 
 
 def offers_alternatives(content: str) -> bool:
     """Does one box's content offer alternatives in words (`4 \\text{ or } 5`, `3 or 4`)?"""
     return _IN_BOX_HEDGE.search(content) is not None
-
-
-def commitment(text: str) -> str:
-    """ "hedge", "retracted", or "" when the response commits to its final box (module docstring).
-    "" also when there is no closed final box."""
-    commands = list(_BOX_COMMAND.finditer(text))
-    if not commands:
-        return ""
-    boxes = [_box_at(text, m.start(), m.end()) for m in commands]
-    start, end, content = boxes[-1]
-    if content is None:
-        return ""
-    tail = text[end:]
-    if _RETRACTION.search(tail):
-        return "retracted"
-    near = tail[:_HEDGE_WINDOW].split("\n\n")[0]
-    hedge = _HEDGE.search(near)
-    if hedge is not None and _MATHY.search(near[hedge.end() :]):
-        return "hedge"
-    if len(boxes) > 1:
-        prev_end = boxes[-2][1]
-        gap = text[prev_end:start]
-        if len(gap) <= _HEDGE_WINDOW and not _joins(gap) and _HEDGE.search(gap):
-            return "hedge"
-    return ""

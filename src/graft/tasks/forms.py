@@ -12,7 +12,11 @@ Each rewrite keeps the value and only changes the spelling (tests/test_answer_fo
 - `1\\,000` and `1{,}000` are one thousand (a thin space or braced comma between digit groups);
 - `\\varnothing` is `\\emptyset`; `2√3` is `2\\sqrt{3}`; `90°` is 90 degrees (`90^\\circ`);
 - a repeating decimal `0.\\overline{3}` is the fraction it equals (1/3);
-- an AMC choice written with its value, `\\textbf{(C)}~27` or `\\text{(B) } 12`, is the value.
+- an AMC choice written with its value, `\\textbf{(C)}~27` or `\\text{(B) } 12`, is the value
+  (`choice_letter` reads its letter, for a gold that is the letter);
+- digits written in Unicode are digits: superscripts are powers (`10³` -> `10^{3}`), full-width
+  digits and letters are ASCII (`１２` -> `12`), `−` is a minus sign;
+- `\\gamma` is a symbol (the parser reads `\\gamma^{2}-1` as the gamma function of -1).
 
 Units are split off by `split_unit` before parsing (the parser's own unit stripping is off):
 only words that are units (`UNITS`) inside `\\text{}` / `\\mathrm{}` (or bare, for words of two
@@ -27,6 +31,7 @@ Two forms are not LaTeX expressions at all and are read here into their own valu
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,9 +107,22 @@ def repeating_decimal(text: str) -> str | None:
     return f"{sign}\\frac{{{num}}}{{{den}}}"
 
 
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾", "0123456789+-()")
+_SUPERSCRIPT_RUN = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾]+")
+_FULL_WIDTH = re.compile("[\uff01-\uff5e]+")
+_GAMMA = re.compile(r"\\gamma(?![A-Za-z])(?!\s*(?:\(|\\left\())")
+
+
+def unicode_digits(text: str) -> str:
+    """Superscript runs as powers, full-width characters as ASCII, `−` as `-`."""
+    text = _SUPERSCRIPT_RUN.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", text)
+    text = _FULL_WIDTH.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), text)
+    return text.replace("−", "-")
+
+
 def rewrite(text: str) -> str:
     """The same answer, spelled so that the LaTeX parser reads its value (module docstring)."""
-    text = text.strip()
+    text = unicode_digits(text.strip())
     dollars = _DOLLARS.match(text)
     if dollars is not None and dollars.group(1).strip():
         text = dollars.group(1).strip()
@@ -124,6 +142,7 @@ def rewrite(text: str) -> str:
     text = _BARE_POINT.sub(r"\1", text)
     text = _MATHRM_CONSTANT.sub(r"\1", text)
     text = _SUBSCRIPTED_E.sub(r"\\mathrm{E}", text)
+    text = _GAMMA.sub(r"{\\gamma}", text)
     while text.endswith(".") and not text.endswith(("...", "\\.")):
         text = text[:-1].rstrip()
     return text
@@ -195,13 +214,17 @@ UNITS = frozenset(_UNIT_WORDS.split())
 """Words read as units when they trail an answer (in `\\text{}` / `\\mathrm{}`, or bare when
 two letters or more). Single letters count only inside `\\text{}` / `\\mathrm{}`."""
 
-_TEXT_GROUP = re.compile(r"\\(?:text|mathrm|textrm|mbox|rm)\s*\{([^{}]*)\}(\s*\^\s*\{?\d\}?)?\s*$")
-_BARE_WORD = re.compile(r"(?<=[\d}\s])\s*([A-Za-z]{2,}(?:/[A-Za-z]+)?)(\s*\^\s*\{?\d\}?)?\s*$")
+_TEXT_GROUP = re.compile(
+    r"\\(?:text|mathrm|textrm|textnormal|mbox|rm)\s*\{([^{}]*)\}(\s*\^\s*\{?\d\}?)?\s*$"
+)
+_BARE_WORD = re.compile(
+    r"(?<=[\d}\s])\s*([A-Za-z]{2,}(?:/[A-Za-z]+)?|[A-Za-z]/[A-Za-z]+)(\s*\^\s*\{?\d\}?)?\s*$"
+)
 _TRAILING_SPACE = re.compile(r"(?:\\[,;: !]|~|\\quad|\s)+$")
 
 
 def _is_unit(words: str) -> bool:
-    parts = words.replace("\\ ", " ").split()
+    parts = re.sub(r"\\[,;: ]|~", " ", words).split()
     return bool(parts) and all(w.strip(".") in UNITS for w in parts)
 
 
@@ -219,7 +242,11 @@ def split_unit(text: str) -> tuple[str, str]:
         before = value[: found.start()]
         if not before.strip() or not re.search(r"[\w})]", before):
             break  # the unit is the whole answer: leave it
-        units.insert(0, " ".join(found.group(1).split()) + (found.group(2) or "").replace(" ", ""))
+        units.insert(
+            0,
+            " ".join(re.sub(r"\\[,;: ]|~", " ", found.group(1)).split())
+            + (found.group(2) or "").replace(" ", ""),
+        )
         value = _TRAILING_SPACE.sub("", before)
     return value, " ".join(units)
 
@@ -250,3 +277,62 @@ def same_unit(a: str, b: str) -> bool:
         return " ".join(out)
 
     return canonical(a) == canonical(b)
+
+
+_CHOICE = re.compile(
+    r"^\s*(?:\\text(?:bf)?\s*\{\s*\(?([A-E])\)?\s*\}|\(([A-E])\)|([A-E]))(?![A-Za-z])"
+)
+
+
+def choice_letter(text: str, *, whole: bool = False) -> str | None:
+    """The multiple-choice letter that `text` starts with (`\\text{(B) } 12`, `(C) 27`, `B`), or
+    None; with `whole`, only when the letter is all of `text` (a gold `B` or `(B)`)."""
+    text = unicode_digits(text.strip()).strip("$").strip()
+    match = _CHOICE.match(text)
+    if match is None:
+        return None
+    if whole and text[match.end() :].strip(" .~"):
+        return None
+    if match.group(3) and not whole and text[match.end() :].strip():
+        return None  # a bare `B x` is an expression, not a choice
+    return next(g for g in match.groups() if g)
+
+
+_NAME = r"[A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+(?:_\{?\w+\}?)?"
+_NAMED = re.compile(rf"^\s*({_NAME})\s*=\s*(.+?)\s*$", re.DOTALL)
+_NAMES_TUPLE = re.compile(rf"^\s*\\?\(\s*((?:{_NAME})(?:\s*,\s*(?:{_NAME}))+)\s*\\?\)\s*=\s*(.+)$")
+
+
+def named_components(text: str) -> list[str] | None:
+    """The values of an answer given as named components, in the order of their names:
+    `x=3, y=4` and `y=4, x=3` -> ["3", "4"]; `(x, y) = (3, 4)` -> ["3", "4"]; None otherwise."""
+    tupled = _NAMES_TUPLE.match(text.strip())
+    if tupled is not None:
+        names = [n.strip() for n in tupled.group(1).split(",")]
+        values = split_top_level(tupled.group(2).strip().removeprefix("(").removesuffix(")"))
+        if len(values) != len(names):
+            return None
+        pairs = list(zip(names, values, strict=True))
+    else:
+        parts = split_top_level(re.sub(r"\\text\{\s*and\s*\}|\band\b", ",", text))
+        matches = [_NAMED.match(p) for p in parts if p]
+        if len(matches) < 2 or any(m is None for m in matches):
+            return None
+        pairs = [(m.group(1), m.group(2)) for m in matches if m is not None]
+    names = [n for n, _ in pairs]
+    if len(set(names)) != len(names):
+        return None
+    return [value for _, value in sorted(pairs)]
+
+
+_DECIMAL = re.compile(r"^[-+]?(\d*)(\.?)(\d*)(?:\s*\\times\s*10\^\{([-+]?\d+)\})?$")
+
+
+def significant_digits(text: str) -> int | None:
+    """How many significant digits a gold written as a decimal has (`2.7778e-6` -> 5,
+    `0.0120` -> 3), or None when it is not a decimal (an integer, a fraction, an expression)."""
+    match = _DECIMAL.match(rewrite(text).replace("(", "").replace(")", "").strip())
+    if match is None or not (match.group(2) or match.group(4)):
+        return None
+    digits = (match.group(1) + match.group(3)).lstrip("0")
+    return len(digits) or None

@@ -9,6 +9,7 @@ common cause of frozen RLVR runs, and SIGALRM-based limits do not work in thread
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import multiprocessing
 import os
@@ -57,22 +58,39 @@ def _die_with_parent() -> None:
     die_with_parent()
 
 
+def _takes_problem(fn: Verifier) -> bool:
+    """Does a verifier take the problem text as its third argument (two-argument plug-ins
+    from before the problem was passed do not)?"""
+    try:
+        inspect.signature(fn).bind("", "", "")
+    except TypeError:
+        return False
+    except ValueError:  # no signature (a builtin): call it the current way
+        return True
+    return True
+
+
 def _load(name: str) -> Verifier | Exception:
     """Resolve a verifier and import what it needs (math: sympy and math-verify, ~1 s)."""
     try:
         fn = resolve_verifier(name)
         if fn is verify_math:
             _math()
+        if not _takes_problem(fn):
+            two_args = fn
+            return lambda response, gold, problem: two_args(response, gold)
         return fn
     except Exception as exc:
         return exc
 
 
-def _run_one(fn: Verifier | Exception, name: str, response: str, gold: str) -> Verdict:
+def _run_one(
+    fn: Verifier | Exception, name: str, response: str, gold: str, problem: str
+) -> Verdict:
     if isinstance(fn, Exception):
         return Verdict("error", _clip(f"cannot load verifier {name!r}: {fn}"))
     try:
-        verdict = fn(response, gold)
+        verdict = fn(response, gold, problem)
     except Exception as exc:
         return _error(exc)
     if not (
@@ -101,13 +119,13 @@ def _worker_loop(conn: Connection, parent_sys_path: list[str]) -> None:
         if chunk is None:
             return
         out = []
-        for name, response, gold in chunk:
+        for name, response, gold, problem in chunk:
             if name not in loaded:
                 # Imports (~1 s for math) do not count against the time limit of the item.
                 conn.send(_LOADING)
                 loaded[name] = _load(name)
                 conn.send(_READY)
-            verdict = _run_one(loaded[name], name, response, gold)
+            verdict = _run_one(loaded[name], name, response, gold, problem)
             out.append((verdict.category, _clip(verdict.detail)))
         conn.send(out)
 
@@ -213,15 +231,17 @@ class VerifierPool:
         """Process ids of the current workers (they change when a worker is replaced)."""
         return tuple(w.proc.pid for w in self._workers)
 
-    def verify(self, items: Sequence[tuple[str, str, str]]) -> list[Verdict]:
-        """Verdicts of (verifier_name, response, gold) items, in input order."""
+    def verify(self, items: Sequence[tuple[str, ...]]) -> list[Verdict]:
+        """Verdicts of (verifier_name, response, gold, problem) items, in input order; an item
+        without its fourth string has no problem text ("")."""
         if not self._finalizer.alive:
             raise RuntimeError("VerifierPool.verify() called after close()")
         for i, item in enumerate(items):
-            if len(item) != 3 or not all(isinstance(x, str) for x in item):
+            if len(item) not in (3, 4) or not all(isinstance(x, str) for x in item):
                 raise TypeError(
-                    f"item {i} is not (verifier_name, response, gold) strings: {item!r}"
+                    f"item {i} is not (verifier_name, response, gold[, problem]) strings: {item!r}"
                 )
+        items = [(*item, "") if len(item) == 3 else tuple(item) for item in items]
         for name in {item[0] for item in items}:
             if name not in VERIFIERS:
                 _check_name(name)

@@ -12,7 +12,11 @@ def verify_rollouts(
     pool: VerifierPool, verifier: str, rollouts_P: Sequence[Rollout]
 ) -> list[tuple[Verdict, ...]]:
     """Verdicts for every completion of every rollout, in the same nesting."""
-    items = [(verifier, c.text, r.problem.gold) for r in rollouts_P for c in r.completions_G]
+    items = [
+        (verifier, c.text, r.problem.gold, r.problem.prompt)
+        for r in rollouts_P
+        for c in r.completions_G
+    ]
     flat = pool.verify(items)
     out, pos = [], 0
     for r in rollouts_P:

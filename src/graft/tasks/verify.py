@@ -1,7 +1,9 @@
 """Verifiers, and the process pool that runs them under a hard per-response time limit.
 
-A verifier is a function `(response, gold) -> Verdict`. The built-in ones are named in `VERIFIERS`;
-any other is named by import path, `"package.module:function"`, and resolved inside the workers.
+A verifier is a function `(response, gold, problem) -> Verdict`, `problem` being the task-level
+prompt text (a plug-in written as `(response, gold)` still works and gets none). The built-in
+ones are named in `VERIFIERS`; any other is named by import path, `"package.module:function"`,
+and resolved inside the workers.
 
 `verify_math` is stricter than math-verify 0.9.0 used as is (each point is a trap observed there,
 pinned by a test in tests/test_verify.py):
@@ -27,8 +29,20 @@ pinned by a test in tests/test_verify.py):
 - forms the LaTeX parser misreads are read first (`graft.tasks.forms`): e-notation, NumPy-style
   golds, trailing periods, `\\mathrm{e}`, clock times, sequences with an ellipsis, thin-space
   thousands, `\\varnothing`, `√`, degrees, repeating decimals, AMC choices with their value;
-- the answer must be committed to (`graft.tasks.answer.commitment`): a hedge inside the box or
-  beside it is `wrong/hedge`, a box taken back by the text after it is `no_answer/retracted`;
+- the answer must be committed to (`graft.tasks.commitment`): a hedge inside the box, beside it
+  or after it (uncertainty, an unfinished sentence, another box with another value) is
+  `wrong/hedge`; a box taken back by the text after it (called wrong, or another value stated
+  as the answer) is `no_answer/retracted`;
+- with the problem text (`graft.tasks.problem_text`): a box that only copies an expression of
+  the question (`\\frac{12}{18}` for "Simplify $\\frac{12}{18}$") is `no_answer/other`, and a unit
+  other than the one the question asks for is `wrong/unit`;
+- a choice letter gold (`B`) accepts the choice with its value (`\\text{(B) } 12`); a tuple gold
+  accepts named components in any order (`y=4, x=3`, `(x, y) = (3, 4)`); an equation whose left
+  side is a function of symbols (`f(x) = 2x+1`) is its right side;
+- a decimal gold of three or more significant digits is taken as rounded: an exact answer that
+  rounds to it is right (`\\frac{1}{360000}` for `2.7778e-6`: a relative difference up to half a
+  unit in the gold's last digit, 5 * 10^-digits); a decimal answer must carry more digits than
+  a gold of four or more;
 - units are split off by `forms.split_unit` (only unit words, never a letter of the expression;
   math-verify's own unit stripping is off, as it reads `\\frac{1}{m} t` as `\\frac{1}{m}`); two
   different units are `wrong/unit`;
@@ -43,6 +57,7 @@ metrics.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
@@ -56,16 +71,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from graft.tasks import forms
-from graft.tasks.answer import (
-    answer_line,
-    commitment,
-    final_boxes,
-    final_number,
-    offers_alternatives,
-)
+from graft.tasks.answer import answer_line, final_boxes, final_number, offers_alternatives
+from graft.tasks.commitment import commitment
+from graft.tasks.problem_text import asked_units, restates_problem
 from graft.types import VERDICT_CATEGORIES, Verdict
 
-Verifier = Callable[[str, str], Verdict]
+Verifier = Callable[..., Verdict]
+"""`(response, gold, problem="") -> Verdict`. The problem text is the task-level prompt; a
+plug-in that takes two arguments `(response, gold)` is called without it."""
 
 _INTEGER = re.compile(r"-?[0-9]+")
 _DETAIL_CHARS = 300
@@ -89,7 +102,7 @@ def _error(exc: BaseException) -> Verdict:
 # ---------------------------------------------------------------------------- final_number
 
 
-def verify_final_number(response: str, gold: str) -> Verdict:
+def verify_final_number(response: str, gold: str, problem: str = "") -> Verdict:
     """Exact integer match of `final_number(response)` against an integer gold."""
     if not _INTEGER.fullmatch(gold.strip()):
         return Verdict("error", _clip(f"gold answer {gold!r} is not an integer"))
@@ -293,8 +306,10 @@ def _joint_answer(gold: Any, parts: list[Any]) -> tuple[Any, Any] | None:
     return None
 
 
-def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str) -> str:
-    """Why one box is wrong whatever its value ("hedge", "equation", "unit"), or ""."""
+def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str, problem: str) -> str:
+    """Why one box is wrong whatever its value ("hedge", "equation", "unit"), or "". A box in a
+    unit other than the gold's, or (gold without a unit) other than the one the problem asks
+    for, is wrong."""
     s = _math().sympy
     containers = (s.Tuple, s.FiniteSet, s.Interval)
     several = isinstance(pred, s.FiniteSet | s.Tuple) and len(pred.args) > 1
@@ -303,20 +318,32 @@ def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str) -> str:
     m = _math()
     if isinstance(pred, s.Basic) and m.grader.is_equation(pred) and not m.grader.is_equation(gold):
         lhs = m.grader.take_last_relation(pred).lhs
-        if not lhs.is_Symbol:
+        if not _names_a_quantity(lhs):
             return "equation"  # `8 = 7` does not say the asked quantity is 7
     unit = unit_of(box)
-    if unit and gold_unit and not forms.same_unit(unit, gold_unit):
+    wanted = [gold_unit] if gold_unit else asked_units(problem)
+    if unit and wanted and not any(forms.same_unit(unit, w) for w in wanted):
         return "unit"
     return ""
 
 
-def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold_unit: str = "") -> Verdict:
+def _names_a_quantity(lhs: Any) -> bool:
+    """Is an equation's left side a name: a symbol, or a function of symbols (`f(x)`)?"""
+    from sympy.core.function import AppliedUndef
+
+    if lhs.is_Symbol:
+        return True
+    return isinstance(lhs, AppliedUndef) and all(a.is_Symbol for a in lhs.args)
+
+
+def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str) -> Verdict:
     """Verdict of the final answer given as one or several boxes (see the module docstring)."""
     if not all(boxes):
         return Verdict("no_answer", "empty")
-    if len(boxes) == 1 and offers_alternatives(boxes[0]):  # in words, parseable or not
-        return Verdict("wrong", _clip(f"hedge: {boxes[0]}"))
+    if len(boxes) == 1:
+        special = _one_box_special(gold_expr, boxes[0], gold, problem)
+        if special is not None:
+            return special
     parsed = []
     for answer in boxes:
         try:
@@ -324,11 +351,11 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold_unit: str = "") ->
         except Exception as exc:
             return Verdict("no_answer", _clip(f"unparseable answer {answer!r}: {exc}"))
     if len(parsed) == 1:
-        flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], gold_unit)
+        flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], unit_of(gold), problem)
         if flaw:
             return Verdict("wrong", _clip(f"{flaw}: {boxes[0]}"))
-        category = "correct" if math_equal(gold_expr, parsed[0]) else "wrong"
-        return Verdict(category, _clip(boxes[0]))
+        right = math_equal(gold_expr, parsed[0]) or _rounds_to_gold(gold, gold_expr, parsed[0])
+        return Verdict("correct" if right else "wrong", _clip(boxes[0]))
     detail = _clip(_SEVERAL_BOXES + " | ".join(boxes))
     pair = _joint_answer(gold_expr, parsed)
     if pair is None:
@@ -336,11 +363,95 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold_unit: str = "") ->
     return Verdict("correct" if math_equal(*pair) else "wrong", detail)
 
 
+def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdict | None:
+    """A hedge inside the box, a copy of the problem, a choice letter, or named components;
+    None when the box is none of these."""
+    if offers_alternatives(box):  # in words, parseable or not
+        return Verdict("wrong", _clip(f"hedge: {box}"))
+    if restates_problem(box, problem, _same_value):
+        return Verdict("no_answer", _clip(f"{_RESTATED}{box}"))
+    letter = forms.choice_letter(gold, whole=True)
+    if letter is not None and forms.choice_letter(box) is not None:
+        return Verdict("correct" if forms.choice_letter(box) == letter else "wrong", _clip(box))
+    named = forms.named_components(box)
+    s = _math().sympy
+    if named is None or not isinstance(gold_expr, s.Tuple | s.Interval | s.FiniteSet):
+        return None
+    try:
+        values = [parse_answer(v) for v in named]
+    except Exception as exc:
+        return Verdict("no_answer", _clip(f"unparseable answer {box!r}: {exc}"))
+    pair = _joint_answer(gold_expr, values)
+    if pair is None:
+        return Verdict("wrong", _clip(box))
+    return Verdict("correct" if math_equal(*pair) else "wrong", _clip(box))
+
+
+_ROUNDED_MIN_DIGITS = 3
+"""A decimal gold with at least this many significant digits is taken as rounded: an exact answer
+(a fraction, a surd) that rounds to it is right. A decimal answer must also carry more digits
+than the gold, and the gold at least one more digit."""
+
+
+def _rounds_to_gold(gold: str, gold_expr: Any, pred: Any) -> bool:
+    """Does `pred` round to a decimal gold at the gold's significant digits (a relative
+    difference of at most half a unit in its last digit, 5 * 10^-digits)?"""
+    digits = forms.significant_digits(gold)
+    if (
+        digits is None
+        or digits < _ROUNDED_MIN_DIGITS
+        or not (_is_number(gold_expr) and _is_number(pred))
+    ):
+        return False
+    s = _math().sympy
+    if pred.has(s.Float):
+        pred_digits = len(str(pred.evalf()).lstrip("-0.").replace(".", "").rstrip("0"))
+        if digits <= _ROUNDED_MIN_DIGITS or pred_digits <= digits:
+            return False
+    g, p = gold_expr.evalf(_EVAL_DIGITS), pred.evalf(_EVAL_DIGITS)
+    if g == 0 or not (g.is_finite and p.is_finite):
+        return False
+    exponent = math.floor(math.log10(abs(float(g))))
+    half_unit = s.Rational(1, 2) * s.Integer(10) ** (exponent - digits + 1)
+    return bool(abs(p - g) <= half_unit * (1 + s.Rational(1, 10**12)))
+
+
 _SEVERAL_BOXES = "several boxes: "
+_RESTATED = "restates the problem: "
 _NO_BOX = "no closed final \\boxed{}"
 
 
-def _verify_math(response: str, gold: str, *, extract: str) -> Verdict:
+def _same_value(a: str, b: str) -> bool:
+    """Do two pieces of LaTeX have the same value? False when either does not parse."""
+    try:
+        return math_equal(parse_answer(a), parse_answer(b))
+    except Exception:
+        return False
+
+
+def _same_as(boxes: tuple[str, ...]) -> Callable[[str], bool]:
+    """Does a value written in the response equal one of the final boxes? (by value when both
+    parse, by spelling otherwise)"""
+    parsed: list[Any] = []
+    for box in boxes:
+        with contextlib.suppress(Exception):
+            parsed.append(parse_answer(box))
+    spelled = {"".join(b.split()) for b in boxes}
+
+    @cache
+    def same(text: str) -> bool:
+        if "".join(text.split()) in spelled:
+            return True
+        try:
+            value = parse_answer(text.replace("−", "-"))
+            return any(math_equal(box, value) for box in parsed)
+        except Exception:
+            return False
+
+    return same
+
+
+def _verify_math(response: str, gold: str, problem: str, *, extract: str) -> Verdict:
     try:
         try:
             gold_expr = parse_answer(gold)
@@ -356,26 +467,28 @@ def _verify_math(response: str, gold: str, *, extract: str) -> Verdict:
                 return Verdict("no_answer", _NO_BOX + " and no answer line")
             boxes = (line,)
         elif boxes is not None:
-            taken_back = commitment(response)
-            if taken_back == "retracted":
-                return Verdict("no_answer", _clip(f"retracted: {boxes[-1]}"))
-            if taken_back == "hedge":
-                return Verdict("wrong", _clip(f"hedge: {boxes[-1]}"))
+            taken_back = commitment(response, _same_as(boxes))
+            if taken_back.kind == "retracted":
+                return Verdict("no_answer", _clip(f"retracted: {taken_back.why}"))
+            if taken_back.kind == "hedge":
+                return Verdict("wrong", _clip(f"hedge: {taken_back.why}"))
         if boxes is None:
             return Verdict("no_answer", _NO_BOX)
-        return _judge_boxes(gold_expr, boxes, unit_of(gold))
+        return _judge_boxes(gold_expr, boxes, gold, problem)
     except Exception as exc:
         return _error(exc)
 
 
-def verify_math(response: str, gold: str) -> Verdict:
-    """Judge a free-form math response by its final `\\boxed{}` answer against a LaTeX gold."""
-    return _verify_math(response, gold, extract="boxed")
+def verify_math(response: str, gold: str, problem: str = "") -> Verdict:
+    """Judge a free-form math response by its final `\\boxed{}` answer against a LaTeX gold;
+    `problem` (the question's text) lets it refuse a box that only copies the question and a
+    unit the question did not ask for."""
+    return _verify_math(response, gold, problem, extract="boxed")
 
 
-def verify_math_answer_line(response: str, gold: str) -> Verdict:
+def verify_math_answer_line(response: str, gold: str, problem: str = "") -> Verdict:
     """`verify_math`, and for a response without a box, its "answer is X" last line."""
-    return _verify_math(response, gold, extract="answer_line")
+    return _verify_math(response, gold, problem, extract="answer_line")
 
 
 def verdict_reason(verdict: Verdict) -> str:
@@ -423,7 +536,7 @@ def verdict_counts(verdicts: Iterable[Verdict]) -> dict[str, float]:
 # ---------------------------------------------------------------------------- registry
 
 VERIFIERS: dict[str, Verifier] = {"math": verify_math, "final_number": verify_final_number}
-_VERSIONS = {"math": "graft-strict-2", "final_number": "1"}
+_VERSIONS = {"math": "graft-strict-3", "final_number": "1"}
 
 
 def _check_name(name: str) -> tuple[str, str]:
@@ -467,7 +580,7 @@ def resolve_verifier(name: str) -> Verifier:
 
 
 def verifier_version(name: str) -> str:
-    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-2"."""
+    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-3"."""
     if name == "math":
         return f"math-verify=={importlib.metadata.version('math-verify')};{_VERSIONS[name]}"
     if name in VERIFIERS:

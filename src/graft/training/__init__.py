@@ -1,12 +1,11 @@
-"""Training: the step of the method, and the policy it updates.
+"""Training: the policy and its update, below the loop that drives them (`graft.trainer`).
 
-`trainer` runs the loop, one step as the method reads (rollout -> verify -> group -> exchange ->
-update -> store -> log); `groups` computes group-relative advantages; `policy` holds one model
-with its tokenizer and optimizer and samples, scores, imports peer responses and trains;
+`policy` holds one model with its tokenizer and optimizer and samples, scores, imports peer
+responses and trains (built by `build`; sharded over ranks by `shards` and `sharded_policy`);
 `update` is the minibatched clipped policy-gradient update, `loss` its pure objective and
-aggregation, `modeling` the response log-probabilities both scoring and training use, and
-`precision` what is stored versus computed (autocast, fp32 master weights, loss scaling).
-`recorder` writes every rollout of a run to its trajectory store. What is not the step lives
-elsewhere: run directories and checkpoints in `graft.rundir`, model loading in `graft.models`,
-the exchange in `graft.exchange`.
+aggregation; `contrast` settles the groups without reward contrast (keep, drop, resample) and
+`cost` counts what a run costs; `recorder` writes every rollout of a run to its trajectory store,
+`signal` says whether each policy is learning, `progress` draws the bar. The group math is
+`graft.groups`, the log-probabilities and precision `graft.models`, so that packages below the
+trainer never import it.
 """

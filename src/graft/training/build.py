@@ -27,8 +27,8 @@ from graft.models.lora import (
     load_adapter,
     lora_enabled,
 )
+from graft.models.precision import Precision, low_precision_warning
 from graft.seeds import derive_seed
-from graft.training.precision import Precision, low_precision_warning
 from graft.training.update import UpdateSettings
 
 

@@ -24,10 +24,10 @@ from graft.models.lora import (
     load_adapter,
     save_adapter,
 )
+from graft.models.modeling import score_sequences
 from graft.rollout import SamplingParams, sample
 from graft.training.build import PolicySpec, build_parts, set_warmup_lr
 from graft.training.cost import Meter, parameter_count
-from graft.training.modeling import score_sequences
 from graft.training.update import train_on_batch
 from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
 

@@ -34,10 +34,10 @@ import torch
 import torch.distributed as dist
 
 from graft.errors import PolicyWorkerError
+from graft.models.precision import DTYPES, Precision
 from graft.procutil import die_with_parent
 from graft.training.build import PolicySpec, build_parts, resolve_device, set_warmup_lr
 from graft.training.policy import Policy
-from graft.training.precision import DTYPES, Precision
 from graft.training.shards import (
     ShardRank,
     full_state_dict,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
+from graft.models.modeling import distinct_pairs, sequence_logprobs
+from graft.models.precision import Precision
 from graft.training.loss import ObjectiveTerms, graft_objective, loss_coefficients
-from graft.training.modeling import distinct_pairs, sequence_logprobs
-from graft.training.precision import Precision
 from graft.training.shards import (
     UNSHARDED,
     ShardRank,

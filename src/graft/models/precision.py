@@ -3,7 +3,7 @@
 A policy stores its weights and AdamW state in `models.N.param_dtype` (float32 by default: the
 master weights) and runs its forward and backward passes in `models.N.dtype` (the compute dtype)
 under `torch.autocast`. Log-probs and the loss are always computed in float32 from the logits
-(`graft.training.modeling.selected_logprobs`). Sampling, scoring and the update run under the
+(`graft.models.modeling.selected_logprobs`). Sampling, scoring and the update run under the
 same autocast, so the behavior log-probs recorded at sampling time match the training forward at
 step 0.
 

@@ -22,6 +22,7 @@ from graft.errors import DataError, RunStopped
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
+from graft.groups import group_metrics, make_groups, self_train_group
 from graft.preflight import check_store
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, move_aside, policy_prefix, read_metrics, write_summary
@@ -34,7 +35,6 @@ from graft.tasks.pool import VerifierPool
 from graft.tasks.scoring import verify_rollouts
 from graft.training.contrast import Budget, settle
 from graft.training.cost import CostLog, last_cumulative, step_cost
-from graft.training.groups import group_metrics, make_groups, self_train_group
 from graft.training.progress import progress_bar, reward_postfix, say, warn
 from graft.training.recorder import Recorder
 from graft.training.signal import SignalLog, run_summary
