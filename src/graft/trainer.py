@@ -10,7 +10,6 @@ policy), never carried in hidden state, so `graft train --resume` continues exac
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_sou
 from graft.groups import group_metrics, make_groups, self_train_group
 from graft.preflight import check_store
 from graft.rollout import SamplingParams
-from graft.rundir import MetricsLog, move_aside, policy_prefix, read_metrics, write_summary
+from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close, write_summary
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
@@ -395,11 +394,4 @@ class Trainer:
 def train(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:
     """Train according to `cfg`, writing into cfg.run.out_dir. `overwrite`: a run already there
     is moved aside (RUN_DIR.old-N), once every check passed and the models are loaded."""
-    trainer = Trainer(cfg)
-    try:
-        run_dir = Path(cfg.run.out_dir)
-        if overwrite and (aside := move_aside(run_dir)) is not None:
-            print(f"moved the previous run in {run_dir} to {aside}", file=sys.stderr)
-        return trainer.run(run_dir, resume=resume)
-    finally:
-        trainer.close()
+    return run_then_close(Trainer(cfg), cfg.run.out_dir, resume=resume, overwrite=overwrite)

@@ -7,9 +7,10 @@ import errno
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -48,6 +49,23 @@ def move_aside(run_dir: Path) -> Path | None:
         n += 1
     os.replace(run_dir, aside)
     return aside
+
+
+class _Runner(Protocol):
+    def run(self, run_dir: Path, *, resume: bool) -> Any: ...
+    def close(self) -> None: ...
+
+
+def run_then_close(runner: _Runner, out_dir: str, *, resume: bool, overwrite: bool) -> Any:
+    """`runner.run` in `out_dir` (a run already there is moved aside first when `overwrite`,
+    once the runner was built, so every check passed), then `runner.close()` whatever happens."""
+    try:
+        run_dir = Path(out_dir)
+        if overwrite and (aside := move_aside(run_dir)) is not None:
+            print(f"moved the previous run in {run_dir} to {aside}", file=sys.stderr)
+        return runner.run(run_dir, resume=resume)
+    finally:
+        runner.close()
 
 
 def same_models(saved: Config, wanted: Config, run_dir: Path) -> None:

@@ -19,7 +19,6 @@ The run directory is a training run's: config.yaml, metrics.jsonl (with the cost
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 from graft.backends import Backend, make_backend, policy_specs
@@ -28,7 +27,7 @@ from graft.errors import DataError, RunStopped
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.rollout import SamplingParams
-from graft.rundir import MetricsLog, move_aside, read_metrics, write_json, write_summary
+from graft.rundir import MetricsLog, read_metrics, run_then_close, write_json, write_summary
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
@@ -264,11 +263,4 @@ class SftRun:
 def sft(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:
     """Supervised fine-tuning on `cfg.sft.store`, writing into cfg.run.out_dir. `overwrite`: a
     run already there is moved aside once every check passed and the model is loaded."""
-    run = SftRun(cfg)
-    try:
-        run_dir = Path(cfg.run.out_dir)
-        if overwrite and (aside := move_aside(run_dir)) is not None:
-            print(f"moved the previous run in {run_dir} to {aside}", file=sys.stderr)
-        return run.run(run_dir, resume=resume)
-    finally:
-        run.close()
+    return run_then_close(SftRun(cfg), cfg.run.out_dir, resume=resume, overwrite=overwrite)
