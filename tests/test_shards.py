@@ -85,6 +85,7 @@ def _rank(rank: int, world: int, init: str, out: str) -> None:
         if rank == 0:
             norms = json.dumps([s["grad_norm"] for s in stats])
             save_file(state, out, metadata={"grad_norm": norms})
+        dist.barrier()  # leave together: a rank tearing down gloo alone can abort at exit
     finally:
         dist.destroy_process_group()
 
