@@ -357,9 +357,7 @@ class Trainer:
                     warn(message)
                 last = metrics
                 bar.set_postfix(reward_postfix(metrics, self.prefix))
-                every = cfg.run.save_every
-                if done == cfg.run.steps or (every > 0 and done % every == 0):
-                    book.save(done, flush=self._flush_store)
+                book.save_if_due(done, flush=self._flush_store)
             self._flush_store()
             if cfg.run.report_to:  # the run's curves, as `graft plot` draws them
                 from graft.eval.report import plot_runs

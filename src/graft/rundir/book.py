@@ -110,6 +110,12 @@ class RunBook:
         self.best = read_best(self.run_dir) if resume else {}
         write_json(self.run_dir / "workers.json", dict(workers))
 
+    def save_if_due(self, done: int, *, flush: Callable[[], None] = lambda: None) -> None:
+        """Save after the last step and every `run.save_every` steps (0: the last only)."""
+        every = self.cfg.run.save_every
+        if done == self.cfg.run.steps or (every > 0 and done % every == 0):
+            self.save(done, flush=flush)
+
     def save(self, next_step: int, *, flush: Callable[[], None] = lambda: None) -> None:
         """A checkpoint of every policy; `flush` first writes out the trajectory store, so a
         checkpoint implies the store holds every earlier step."""

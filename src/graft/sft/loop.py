@@ -237,9 +237,7 @@ class SftRun:
                 log.log(done, metrics)
                 last = metrics
                 bar.set_postfix({"loss": f"{metrics['sft/loss']:.3f}"})
-                every = cfg.run.save_every
-                if done == cfg.run.steps or (every > 0 and done % every == 0):
-                    book.save(done)
+                book.save_if_due(done)
             if not best_by:  # no held-out prompt: the last weights are the ones to hand on
                 book.keep_as_best(cfg.run.steps, why="none: no held-out prompt, the last step")
             ok = True

@@ -150,10 +150,6 @@ def _plain(text: str) -> str:
     return _MATH_MARKUP.sub(" ", text).replace("{", " ").replace("}", " ")
 
 
-def _sentences(text: str) -> list[str]:
-    return [s for s in _SENTENCE_END.split(text)]
-
-
 def _words(sentence: str) -> list[str]:
     return _WORD.findall(sentence.lower().replace("’", "'"))
 
@@ -207,7 +203,7 @@ def _final_value(sentence: str) -> str | None:
 
 
 def _tail_verdict(tail: str, same: Callable[[str], bool]) -> Commitment:
-    for index, raw in enumerate(_sentences(_plain(tail))):
+    for index, raw in enumerate(_SENTENCE_END.split(_plain(tail))):
         words = _words(raw)
         values = [m.group(0) for m in _VALUE.finditer(raw)]
         own = [v for v in values if same(v)]

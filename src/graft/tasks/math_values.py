@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from functools import cache
+from functools import cache, lru_cache
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,8 +60,11 @@ def parse_latex(text: str) -> Any:
     )
 
 
+@lru_cache(maxsize=4096)
 def parse_answer(text: str) -> Any:
-    """Parse a gold or an answer: the forms of `graft.tasks.forms` first, then LaTeX as a whole."""
+    """Parse a gold or an answer: the forms of `graft.tasks.forms` first, then LaTeX as a whole.
+    Cached per process (sympy values are immutable): a gold is parsed once for its whole group,
+    and a box once for both the commitment rules and the verdict."""
     text = forms.split_unit(forms.rewrite(text))[0]
     clock = forms.clock_time(text)
     if clock is not None:

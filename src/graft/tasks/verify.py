@@ -210,12 +210,16 @@ def _same_value(a: str, b: str) -> bool:
 
 def _same_as(boxes: tuple[str, ...]) -> Callable[[str], bool]:
     """Does a value written in the response equal one of the final boxes? (by value when both
-    parse, by spelling otherwise)"""
-    parsed: list[Any] = []
-    for box in boxes:
-        with contextlib.suppress(Exception):
-            parsed.append(parse_answer(box))
+    parse, by spelling otherwise; the boxes are parsed on the first value that needs them)"""
     spelled = {"".join(b.split()) for b in boxes}
+
+    @cache
+    def parsed() -> list[Any]:
+        out = []
+        for box in boxes:
+            with contextlib.suppress(Exception):
+                out.append(parse_answer(box))
+        return out
 
     @cache
     def same(text: str) -> bool:
@@ -223,7 +227,7 @@ def _same_as(boxes: tuple[str, ...]) -> Callable[[str], bool]:
             return True
         try:
             value = parse_answer(text.replace("−", "-"))
-            return any(math_equal(box, value) for box in parsed)
+            return any(math_equal(box, value) for box in parsed())
         except Exception:
             return False
 
