@@ -1,0 +1,136 @@
+"""The sandbox against hostile programs: each one is scored not correct with its reason, the run
+goes on, and nothing on the host changes (the project's file tree, a canary file outside the
+scratch directory, a localhost socket that must receive nothing, no process left behind). And
+benign programs across the function-call form, scored as written."""
+
+import hashlib
+import os
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graft.sandbox import Limits, call_in_sandbox, isolation_problem
+from graft.sandbox.calls import judge_calls, same_value
+from graft.sandbox.run import _cgroup_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
+
+LIMITS = Limits(wall_s=3.0, cpu_s=2, memory_bytes=128 << 20, processes=16, output_bytes=32 << 10)
+CALLS, EXPECTED = [[2, 3], [10, -4]], [5, 6]
+PORT = "__PORT__"
+SKIPPED_DIRS = {".venv", ".git", "runs", ".ruff_cache", "__pycache__", ".pytest_cache"}
+CANARY = "__CANARY__"
+
+# (name, source of `add`, the reasons a careful judge accepts)
+HOSTILE = [
+    (case["name"], case["source"], set(case["reasons"]))
+    for case in yaml.safe_load((ROOT / "tests" / "sandbox_red_team.yaml").read_text())
+]
+
+
+def _tree_digest() -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            h.update(f"{p.relative_to(ROOT)} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _leftover_groups() -> list[str]:
+    return [
+        p.name
+        for c in ("memory", "pids")
+        for p in (_cgroup_dir(c) or Path("/nonexistent")).glob("graft-sandbox-*")
+    ]
+
+
+@pytest.fixture(scope="module")
+def listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[c[0] for c in HOSTILE])
+def test_a_hostile_program_is_not_correct_and_changes_nothing(case, tmp_path, listener):
+    _, source, reasons = case
+    canary = tmp_path / "canary"
+    canary.write_text("intact")
+    source = source.replace(CANARY, str(canary)).replace(PORT, str(listener.getsockname()[1]))
+    before = _tree_digest()
+    outcome, returns = call_in_sandbox(source, "add", CALLS, limits=LIMITS)
+    correct, reason, _ = judge_calls(outcome, returns, EXPECTED)
+    assert not correct and reason in reasons, (reason, outcome.status, outcome.detail, returns)
+    assert canary.read_text() == "intact"
+    assert _tree_digest() == before
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    assert _leftover_groups() == []
+    assert not any(Path(p).exists() for p in ("/usr/pwned", "/etc/pwned", "/pwned", "/bin/pwned"))
+
+
+def test_the_red_team_table_is_large_enough():
+    assert len(HOSTILE) >= 40
+
+
+def test_a_daemonized_grandchild_dies_with_the_run(tmp_path):
+    """It would write the canary after 1 s; the run ends first, and with it the namespace."""
+    canary = tmp_path / "canary"
+    source = textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(1)
+                open('/work/late', 'w').write('x')
+            os._exit(0)
+        def add(a, b):
+            return a + b
+    """)
+    outcome, returns = call_in_sandbox(source, "add", CALLS, limits=LIMITS)
+    assert judge_calls(outcome, returns, EXPECTED)[0]
+    import time
+
+    time.sleep(1.5)
+    assert _leftover_groups() == [] and not canary.exists()
+
+
+SQRT = "import math\ndef {}(x):\n    return math.sqrt(x)"
+BENIGN = [
+    ("def add(a, b):\n    return a + b", "add", [[2, 3], [10, -4]], [5, 6], {}),
+    ("def f(x):\n    return x * 0.1", "f", [[3]], [0.30000000000000004], {}),
+    ("def f(x):\n    return sum([0.1] * x)", "f", [[10]], [1.0], {}),  # 0.9999999999999999
+    ("def f(xs):\n    return sorted(xs)", "f", [[[3, 1, 2]]], [[1, 2, 3]], {}),
+    ("def f(xs):\n    return list(set(xs))", "f", [[[3, 1, 2, 3]]], [[1, 2, 3]], {"unordered": 1}),
+    ("def f(s):\n    return s[::-1]", "f", [["abc"], [""]], ["cba", ""], {}),
+    ("def f(d):\n    return {k: v * 2 for k, v in d.items()}", "f", [[{"a": 1}]], [{"a": 2}], {}),
+    ("def f(n):\n    return n % 2 == 0", "f", [[4], [7]], [True, False], {}),
+    ("def f():\n    return None", "f", [[]], [None], {}),
+    (SQRT.format("f"), "f", [[2]], [1.4142135623], {"rel_tol": 1e-9}),
+    (SQRT.format("g"), "g", [[2]], [1.41421], {"rel_tol": 1e-9}),
+]
+
+
+@pytest.mark.parametrize("case", BENIGN, ids=[c[0].splitlines()[-1].strip() for c in BENIGN])
+def test_a_benign_program_is_scored_as_written(case):
+    source, function, calls, expected, compare = case
+    outcome, returns = call_in_sandbox(source, function, calls, limits=LIMITS)
+    correct, reason, share = judge_calls(outcome, returns, expected, **compare)
+    want = function != "g"  # 1.41421 is 2.5e-6 off, past the stated 1e-9
+    assert (correct, share == 1.0) == (want, want), (reason, outcome, returns)
+
+
+def test_same_value_is_strict_about_types_and_order():
+    assert same_value(1, 1.0) and not same_value(True, 1) and not same_value("5", 5)
+    assert not same_value([1, 2], [2, 1]) and same_value([1, 2], [2, 1], unordered=True)
+    assert not same_value(float("nan"), float("nan"))
