@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from graft.procutil import die_with_parent
+
 INNER = Path(__file__).with_name("inner.py")
 READONLY = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/alternatives")
 STATUSES = ("ok", "timeout", "memory", "output_limit", "runtime_error")
@@ -139,7 +141,10 @@ class _Cgroups:
         (self.pids / "pids.max").write_text(str(limits.processes))
 
     def join(self) -> None:
-        """In the child, before exec: move it into both groups."""
+        """In the child, before exec: move it into both groups, and have it killed (with the
+        whole namespace) when the process that started it dies (a verifier worker killed for
+        its time limit)."""
+        die_with_parent()
         pid = str(os.getpid())
         (self.memory / "cgroup.procs").write_text(pid)
         (self.pids / "cgroup.procs").write_text(pid)

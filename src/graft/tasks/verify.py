@@ -318,8 +318,20 @@ def verdict_counts(verdicts: Iterable[Verdict]) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------- registry
 
-VERIFIERS: dict[str, Verifier] = {"math": verify_math, "final_number": verify_final_number}
-_VERSIONS = {"math": "graft-strict-3", "final_number": "1"}
+
+def verify_code(response: str, gold: str, problem: str = "") -> Verdict:
+    """The code verifier (`graft.tasks.code.verify_code`), imported when first used."""
+    from graft.tasks.code import verify_code as run
+
+    return run(response, gold, problem)
+
+
+VERIFIERS: dict[str, Verifier] = {
+    "math": verify_math,
+    "final_number": verify_final_number,
+    "code": verify_code,
+}
+_VERSIONS = {"math": "graft-strict-3", "final_number": "1", "code": "graft-sandbox-1"}
 
 
 def _check_name(name: str) -> tuple[str, str]:
