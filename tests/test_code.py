@@ -16,6 +16,16 @@ from graft.tasks.pool import VerifierPool
 
 needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
 ADD = CodeTests("call", "add", ((2, 3), (10, -4)), (5, 6)).to_gold()
+MBPP = CodeTests(
+    "assert", "add", tests=("assert add(2, 3) == 5", "assert add(10, -4) == 6")
+).to_gold()
+HUMANEVAL = CodeTests(
+    "assert",
+    "add",
+    tests=("def check(candidate):\n    for a in range(5):\n"
+           "        assert candidate(a, 1) == a + 1\n"
+           "    assert abs(candidate(0.1, 0.2) - 0.3) < 1e-9\ncheck(candidate)",),
+).to_gold()  # fmt: skip
 SUM = CodeTests("stdio", stdin=("1 2\n", "3 4\n"), stdout=("3\n", "7")).to_gold()
 
 
@@ -33,7 +43,10 @@ def test_the_program_is_the_last_fenced_python_block():
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ('{"form": "assert", "tests": []}', "form 'assert' is not supported"),
+        ('{"form": "unit", "tests": []}', "form 'unit' is not supported"),
+        ('{"form": "assert", "tests": ["assert f(1) == 1"]}', "function is missing"),
+        ('{"form": "assert", "function": "f", "tests": []}', "non-empty list"),
+        ('{"form": "assert", "function": "f", "tests": ["assert f(1 =="]}', r"tests\[0\] is not"),
         ('{"form": "call", "calls": [[1]], "expected": [1]}', "function is missing"),
         ('{"form": "call", "function": "1x", "calls": [[1]], "expected": [1]}', "not a Python"),
         ('{"form": "call", "function": "f", "calls": [[1], [2]], "expected": [1]}', "2 calls"),
@@ -65,6 +78,12 @@ def test_stdout_is_compared_by_tokens_with_a_float_tolerance():
         (block("a, b = map(int, input().split())\nprint(a + b)"), SUM, "correct", "passed 100%"),
         (block("print(3)"), SUM, "wrong", "wrong: passed 50% of 2 tests"),
         (block("raise SystemExit(1)"), SUM, "wrong", "runtime_error: passed 0% of 2 tests"),
+        (block("def add(a, b):\n    return a + b"), MBPP, "correct", "passed 100% of 2 tests"),
+        (block("def add(a, b):\n    return 5"), MBPP, "wrong", "wrong: passed 50% of 2 tests"),
+        (block("def add(a, b):\n    return a + b"), HUMANEVAL, "correct", "passed 100% of 1"),
+        (block("def add(a, b):\n    return a - b"), HUMANEVAL, "wrong", "wrong: passed 0%"),
+        (block("def plus(a, b):\n    return a + b"), MBPP, "wrong", "runtime_error: passed 0%"),
+        (block("import time\ntime.sleep(60)"), MBPP, "timeout", "timeout: passed 0%"),
     ],
 )
 def test_the_reward_needs_every_test_and_the_share_is_kept(response, gold, category, detail):
@@ -83,3 +102,26 @@ def test_code_runs_through_the_verifier_pool_and_a_hang_never_stops_it():
         verdicts = pool.verify(items)
         assert [v.category for v in verdicts] == ["correct", "timeout", "wrong"]
         assert pool.verify(items[:1])[0].correct  # the pool goes on after a killed worker
+
+
+# Hostile candidates against assert-style checks: the checks run in another process, so none of
+# these can make a check pass (each would pass a check that ran in its own process).
+HOSTILE_TO_ASSERTS = [
+    "class T:\n    def __eq__(self, o):\n        return True\ndef add(a, b):\n    return T()",
+    "import builtins\nbuiltins.AssertionError = type('X', (BaseException,), {})\n"
+    "def add(a, b):\n    return 0",
+    "import sys\ndef add(a, b):\n"
+    "    sys._getframe(1).f_globals['__builtins__']['abs'] = lambda x: 0\n    return 0",
+    # forged result lines on its reply channel: the checker reads them as (bad) replies
+    'import os\nos.write(3, b\'{"i": 0, "passed": true}\\n{"i": 1, "passed": true}\\n\')\n'
+    "def add(a, b):\n    return 0",
+    "import sys\nsys.exit(0)",
+    "import os\ndef add(a, b):\n    os._exit(0)",
+]
+
+
+@needs_sandbox
+@pytest.mark.parametrize("source", HOSTILE_TO_ASSERTS)
+def test_a_hostile_candidate_cannot_pass_an_assert_style_check(source):
+    verdict = verify_code(block(source), MBPP)
+    assert not verdict.correct and verdict.category in ("wrong", "timeout"), verdict

@@ -9,6 +9,7 @@ detached or not."""
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
@@ -112,10 +113,17 @@ def drop_capabilities() -> None:
 def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
-    channel = cfg.get("channel_fd")
-    if channel is not None:
-        os.dup2(channel, 3)
-        os.set_inheritable(3, True)
+    # Pipes to the host at the fd numbers the program expects (3: results, 4: requests, ...),
+    # through copies above every target, so that no dup2 overwrites a pipe not yet placed.
+    copies = {
+        int(inner): fcntl.fcntl(host, fcntl.F_DUPFD, 100) for inner, host in cfg["fds"].items()
+    }
+    for host in cfg["fds"].values():
+        os.close(host)
+    for inner, copy in copies.items():
+        os.dup2(copy, inner)
+        os.set_inheritable(inner, True)
+        os.close(copy)
     root = build_root(cfg)
     os.chroot(root)
     os.chdir("/work")

@@ -16,6 +16,7 @@ pipe (fd 3 inside) as JSON and are judged by the caller.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -70,6 +71,8 @@ class Outcome:
     exit_code: int | None = None
     seconds: float = 0.0
     usage: dict[str, float] = field(default_factory=dict)
+    other: dict[int, bytes] = field(default_factory=dict)
+    """What it wrote on its other result fds (4 and up)."""
 
 
 class IsolationError(RuntimeError):
@@ -139,6 +142,8 @@ class _Cgroups:
         if swap.exists():
             swap.write_text(str(limits.memory_bytes))
         (self.pids / "pids.max").write_text(str(limits.processes))
+        self.leftover = 0
+        """Processes still in a group after the run, killed by `remove` (should stay 0)."""
 
     def join(self) -> None:
         """In the child, before exec: move it into both groups, and have it killed (with the
@@ -162,13 +167,195 @@ class _Cgroups:
         return float((self.memory / "memory.max_usage_in_bytes").read_text())
 
     def remove(self) -> None:
+        """Delete both groups; any process still in one (none should be: the namespace died
+        with its PID 1) is killed first."""
         for d in (self.memory, self.pids):
-            for _ in range(50):
+            for attempt in range(100):
                 try:
                     d.rmdir()
                     break
+                except FileNotFoundError:
+                    break
                 except OSError:
+                    if attempt == 50:
+                        for pid in (d / "cgroup.procs").read_text().split():
+                            self.leftover += 1
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(int(pid), signal.SIGKILL)
                     time.sleep(0.02)  # its last processes are still being reaped
+
+
+class Sandbox:
+    """One started sandboxed program. Inside it, fd 0 is its stdin, fds 1 and 2 its output, and
+    each of `inner_out` (e.g. 3) / `inner_in` (e.g. 4) a pipe to this process: `readers[fd]`
+    reads what it writes there, `writers[fd]` writes what it reads there."""
+
+    def __init__(
+        self,
+        files: dict[str, bytes],
+        argv: list[str],
+        limits: Limits,
+        *,
+        inner_out: tuple[int, ...] = (3,),
+        inner_in: tuple[int, ...] = (),
+    ) -> None:
+        problem = isolation_problem()
+        if problem:
+            raise IsolationError(problem)
+        self.limits = limits
+        exe, prefix = _interpreter()
+        argv = [exe, "-I", "-S", "-B", *argv[1:]] if argv and argv[0] == "python" else argv
+        self._stage = tempfile.TemporaryDirectory(prefix="graft-sandbox-")
+        stage = Path(self._stage.name)
+        (stage / "files").mkdir()
+        for name, data in files.items():
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"sandbox file name {name!r}: a plain name is expected")
+            (stage / "files" / name).write_bytes(data)
+        (stage / "root").mkdir()
+        self.readers: dict[int, int] = {}
+        self.writers: dict[int, int] = {}
+        child_fds: dict[int, int] = {}
+        for fd in inner_out:
+            self.readers[fd], child_fds[fd] = os.pipe()
+        for fd in inner_in:
+            child_fds[fd], self.writers[fd] = os.pipe()
+        cfg = {
+            "root": str(stage / "root"),
+            "files": str(stage / "files"),
+            "readonly": [*READONLY, prefix],
+            "argv": argv,
+            "fds": {str(inner): host for inner, host in child_fds.items()},
+            "cpu_s": limits.cpu_s,
+            "open_files": limits.open_files,
+            "file_bytes": limits.file_bytes,
+            "stack_bytes": limits.stack_bytes,
+            "scratch_bytes": limits.scratch_bytes,
+            "scratch_files": limits.scratch_files,
+        }
+        (stage / "config.json").write_text(json.dumps(cfg))
+        self.groups = _Cgroups(limits)
+        command = [
+            "unshare", "--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts",
+            "--fork", "--kill-child=SIGKILL", argv[0], "-I", "-S", "-B", str(INNER),
+            str(stage / "config.json"),
+        ]  # fmt: skip
+        self.start = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=tuple(child_fds.values()),
+                start_new_session=True,  # no controlling terminal, its own process group
+                preexec_fn=self.groups.join,
+            )
+        except BaseException:
+            self.groups.remove()
+            self._stage.cleanup()
+            raise
+        finally:
+            for fd in child_fds.values():
+                os.close(fd)
+        self.readers[1] = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        self.readers[2] = self.proc.stderr.fileno()  # type: ignore[union-attr]
+        self.writers[0] = self.proc.stdin.fileno()  # type: ignore[union-attr]
+        self.received: dict[int, bytearray] = {fd: bytearray() for fd in self.readers}
+        self.status, self.detail = "", ""
+
+    def write(self, fd: int, data: bytes) -> None:
+        """Send `data` to the program's fd (a program that stopped reading gets no more)."""
+        if fd in self.writers:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                os.write(self.writers[fd], data)
+
+    def close_input(self, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.writers.pop(fd))
+
+    def stop(self, status: str, detail: str) -> None:
+        """End it now (the whole namespace), recording why."""
+        if not self.status:
+            self.status, self.detail = status, detail
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def finish(self) -> Outcome:
+        """Wait for it (it was stopped, or its outputs closed), then clean up."""
+        try:
+            code = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.stop("timeout", "the program did not exit")
+            code = self.proc.wait()
+        for fd in list(self.writers):
+            self.close_input(fd)
+        for f in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
+            with contextlib.suppress(OSError):
+                f.close()  # type: ignore[union-attr]
+        for fd in self.readers:
+            if fd > 2:
+                with contextlib.suppress(OSError):
+                    os.close(self.readers[fd])
+        seconds = time.monotonic() - self.start
+        status, detail = (self.status, self.detail) if self.status else _ended(code, self.groups)
+        usage = {"peak_memory_bytes": self.groups.peak_memory(), "seconds": seconds}
+        self.groups.remove()
+        usage["leftover_processes"] = float(self.groups.leftover)
+        self._stage.cleanup()
+        cap = self.limits.output_bytes
+        got = {fd: bytes(v[:cap]) for fd, v in self.received.items()}
+        return Outcome(
+            status, got[1], got[2], got.get(3, b""), detail, code, seconds, usage,
+            {fd: v for fd, v in got.items() if fd > 3},
+        )  # fmt: skip
+
+
+def supervise(
+    sandboxes: list[Sandbox],
+    relays: dict[tuple[int, int], tuple[int, int]] | None = None,
+    *,
+    wall_s: float,
+) -> None:
+    """Read every sandbox's outputs until all close, forwarding whole lines of `relays`
+    ((sandbox index, its out fd) -> (sandbox index, its in fd)); past `wall_s`, or past a
+    sandbox's output limit, stop them all."""
+    relays = relays or {}
+    sel = selectors.DefaultSelector()
+    for k, box in enumerate(sandboxes):
+        for fd, host in box.readers.items():
+            sel.register(host, selectors.EVENT_READ, (k, fd))
+    pending: dict[tuple[int, int], bytearray] = {key: bytearray() for key in relays}
+    deadline = time.monotonic() + wall_s
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            for box in sandboxes:
+                box.stop("timeout", f"still running after {wall_s:g} s wall clock")
+            return
+        for key, _ in sel.select(timeout=left):
+            k, fd = key.data
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                sel.unregister(key.fd)
+                if (k, fd) in relays:  # the writer is gone: its reader sees the end too
+                    sandboxes[relays[k, fd][0]].close_input(relays[k, fd][1])
+                continue
+            box = sandboxes[k]
+            box.received[fd] += chunk
+            if (k, fd) in relays:
+                buf = pending[k, fd]
+                buf += chunk
+                *lines, rest = bytes(buf).split(b"\n")
+                pending[k, fd] = bytearray(rest)
+                to, to_fd = relays[k, fd]
+                for line in lines:
+                    sandboxes[to].write(to_fd, line + b"\n")
+            if sum(len(v) for v in box.received.values()) > box.limits.output_bytes:
+                box.stop("output_limit", f"more than {box.limits.output_bytes} bytes of output")
+                for other in sandboxes:
+                    other.stop("output_limit", "its partner went over the output limit")
+                return
 
 
 def run_sandboxed(
@@ -178,107 +365,19 @@ def run_sandboxed(
     stdin: bytes = b"",
     limits: Limits | None = None,
 ) -> Outcome:
-    """Run `argv` (its first word `python` means the sandbox's Python) in /work holding `files`.
-    Raises IsolationError when the machine cannot isolate it."""
+    """Run `argv` (its first word `python` means the sandbox's Python) in /work holding `files`,
+    with `stdin`; its results on fd 3. Raises IsolationError when the machine cannot isolate it."""
     limits = limits or DEFAULT_LIMITS
-    problem = isolation_problem()
-    if problem:
-        raise IsolationError(problem)
-    exe, prefix = _interpreter()
-    argv = [exe, "-I", "-S", "-B", *argv[1:]] if argv and argv[0] == "python" else argv
-    with tempfile.TemporaryDirectory(prefix="graft-sandbox-") as stage:
-        staged = Path(stage) / "files"
-        staged.mkdir()
-        for name, data in files.items():
-            if "/" in name or name.startswith("."):
-                raise ValueError(f"sandbox file name {name!r}: a plain name is expected")
-            (staged / name).write_bytes(data)
-        (Path(stage) / "root").mkdir()
-        read_fd, write_fd = os.pipe()
-        cfg = {
-            "root": str(Path(stage) / "root"),
-            "files": str(staged),
-            "readonly": [*READONLY, prefix],
-            "argv": argv,
-            "channel_fd": write_fd,
-            "cpu_s": limits.cpu_s,
-            "open_files": limits.open_files,
-            "file_bytes": limits.file_bytes,
-            "stack_bytes": limits.stack_bytes,
-            "scratch_bytes": limits.scratch_bytes,
-            "scratch_files": limits.scratch_files,
-        }
-        (Path(stage) / "config.json").write_text(json.dumps(cfg))
-        groups = _Cgroups(limits)
-        try:
-            return _supervise(cfg, Path(stage), stdin, limits, groups, read_fd, write_fd)
-        finally:
-            groups.remove()
-
-
-def _supervise(cfg, stage, stdin, limits, groups, read_fd, write_fd) -> Outcome:
-    command = [
-        "unshare", "--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts",
-        "--fork", "--kill-child=SIGKILL",
-        cfg["argv"][0], "-I", "-S", "-B", str(INNER), str(stage / "config.json"),
-    ]  # fmt: skip
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=(write_fd,),
-        start_new_session=True,  # no controlling terminal, its own process group
-        preexec_fn=groups.join,
-    )
-    os.close(write_fd)
+    box = Sandbox(files, argv, limits)
     try:
-        proc.stdin.write(stdin)  # type: ignore[union-attr]
-        proc.stdin.close()  # type: ignore[union-attr]
-    except BrokenPipeError:
-        pass
-    out = {"stdout": bytearray(), "stderr": bytearray(), "channel": bytearray()}
-    status, detail = "", ""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, "stdout")  # type: ignore[arg-type]
-    sel.register(proc.stderr, selectors.EVENT_READ, "stderr")  # type: ignore[arg-type]
-    channel = os.fdopen(read_fd, "rb", buffering=0)
-    sel.register(channel, selectors.EVENT_READ, "channel")
-    deadline = start + limits.wall_s
-    while sel.get_map():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            status, detail = "timeout", f"still running after {limits.wall_s:g} s wall clock"
-            break
-        for key, _ in sel.select(timeout=left):
-            chunk = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
-            if not chunk:
-                sel.unregister(key.fileobj)
-                continue
-            out[key.data] += chunk
-        if sum(len(v) for v in out.values()) > limits.output_bytes:
-            status, detail = "output_limit", f"more than {limits.output_bytes} bytes of output"
-            break
-    if status:
-        os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        code = proc.wait(timeout=max(0.1, deadline - time.monotonic()) + 1.0)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        code = proc.wait()
-        status, detail = status or "timeout", detail or "the program did not exit"
-    for f in (proc.stdout, proc.stderr, channel):
-        f.close()  # type: ignore[union-attr]
-    seconds = time.monotonic() - start
-    if not status:
-        status, detail = _ended(code, groups)
-    usage = {"peak_memory_bytes": groups.peak_memory(), "seconds": seconds}
-    cap = limits.output_bytes
-    return Outcome(
-        status, bytes(out["stdout"][:cap]), bytes(out["stderr"][:cap]), bytes(out["channel"][:cap]),
-        detail, code, seconds, usage,
-    )  # fmt: skip
+        box.write(0, stdin)
+        box.close_input(0)
+        supervise([box], wall_s=limits.wall_s)
+    except BaseException:
+        box.stop("runtime_error", "interrupted")
+        box.finish()
+        raise
+    return box.finish()
 
 
 def _ended(code: int, groups: _Cgroups) -> tuple[str, str]:

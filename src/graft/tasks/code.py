@@ -5,9 +5,11 @@ A problem's gold is its tests as JSON (`CodeTests.to_gold`), in one of these for
 - `call`: a function name, argument lists and expected return values (`rel_tol` for floats,
   `unordered` for lists whose order does not matter);
 - `stdio`: standard input and expected standard output per case, compared token by token after
-  trailing whitespace (floats within `rel_tol`).
-Assert-style tests (MBPP's `test_list`, HumanEval's `check(candidate)`) are not read yet: such a
-file is refused, naming the row.
+  trailing whitespace (floats within `rel_tol`);
+- `assert`: Python statements that call the entry function (by its name, or `candidate`), as
+  MBPP's `test_list` or HumanEval's `check(candidate)`; they run in a sandbox of their own and
+  call the candidate's function through a JSON proxy (`graft.sandbox.asserts`), so arguments and
+  return values are JSON data (a tuple comes back as a list).
 
 The program is the LAST fenced Python block of the response (```python ... ``` or a bare ```
 block); a response without one is `no_answer`. The reward is 1 only when every test passes; the
@@ -23,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graft.sandbox import IsolationError, Limits, call_in_sandbox, run_sandboxed
+from graft.sandbox.asserts import run_asserts
 from graft.sandbox.calls import judge_calls
 from graft.types import Verdict
 
-FORMS = ("call", "stdio")
+FORMS = ("call", "stdio", "assert")
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 LIMITS = Limits(wall_s=4.0, cpu_s=3)
 
@@ -41,6 +44,8 @@ class CodeTests:
     function: str = ""
     calls: tuple[tuple[Any, ...], ...] = ()
     expected: tuple[Any, ...] = ()
+    tests: tuple[str, ...] = ()
+    setup: str = ""
     stdin: tuple[str, ...] = ()
     stdout: tuple[str, ...] = ()
     rel_tol: float = 1e-9
@@ -48,13 +53,15 @@ class CodeTests:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len(self.calls) if self.form == "call" else len(self.stdin)
+        return len({"call": self.calls, "stdio": self.stdin, "assert": self.tests}[self.form])
 
     def to_gold(self) -> str:
         body: dict[str, Any] = {"form": self.form, "rel_tol": self.rel_tol}
         if self.form == "call":
             body |= {"function": self.function, "calls": [list(c) for c in self.calls]}
             body |= {"expected": list(self.expected), "unordered": self.unordered}
+        elif self.form == "assert":
+            body |= {"function": self.function, "tests": list(self.tests), "setup": self.setup}
         else:
             body |= {"stdin": list(self.stdin), "stdout": list(self.stdout)}
         return json.dumps(body, sort_keys=True)
@@ -82,17 +89,28 @@ def parse_tests(spec: Any) -> CodeTests:
         raise CodeTestError("tests: an object with a 'form' is expected")
     form = spec.get("form")
     if form not in FORMS:
-        raise CodeTestError(
-            f"tests: form {form!r} is not supported; use one of {list(FORMS)} "
-            "(assert-style tests are not read yet)"
-        )
+        raise CodeTestError(f"tests: form {form!r} is not supported; use one of {list(FORMS)}")
     rel_tol = float(spec.get("rel_tol", 1e-9))
     if not 0 <= rel_tol < 1:
         raise CodeTestError(f"tests: rel_tol must be in [0, 1), got {rel_tol}")
-    if form == "call":
+    if form in ("call", "assert"):
         function = _need(spec, "function", str)
         if not function.isidentifier():
             raise CodeTestError(f"tests: function {function!r} is not a Python name")
+    if form == "assert":
+        tests = _need(spec, "tests", list)
+        if not tests or not all(isinstance(t, str) and t.strip() for t in tests):
+            raise CodeTestError("tests: tests must be a non-empty list of Python statements")
+        for i, test in enumerate(tests):
+            try:
+                compile(test, f"tests[{i}]", "exec")
+            except SyntaxError as err:
+                raise CodeTestError(f"tests: tests[{i}] is not Python ({err.msg})") from None
+        setup = spec.get("setup", "")
+        if not isinstance(setup, str):
+            raise CodeTestError("tests: setup must be a string of Python")
+        return CodeTests("assert", function, tests=tuple(tests), setup=setup, rel_tol=rel_tol)
+    if form == "call":
         calls, expected = _need(spec, "calls", list), _need(spec, "expected", list)
         if not calls or len(calls) != len(expected):
             raise CodeTestError(
@@ -147,6 +165,8 @@ def run_tests(program: str, tests: CodeTests, limits: Limits = LIMITS) -> tuple[
         return judge_calls(
             outcome, returns, list(tests.expected), rel_tol=tests.rel_tol, unordered=tests.unordered
         )
+    if tests.form == "assert":
+        return _run_asserts(program, tests, limits)
     passed, reason = 0, ""
     for stdin, want in zip(tests.stdin, tests.stdout, strict=True):
         outcome = run_sandboxed({"main.py": program.encode()}, ["python", "/work/main.py"],
@@ -160,6 +180,21 @@ def run_tests(program: str, tests: CodeTests, limits: Limits = LIMITS) -> tuple[
         else:
             reason = reason or "wrong"
     return passed == len(tests), reason, passed / len(tests)
+
+
+def _run_asserts(program: str, tests: CodeTests, limits: Limits) -> tuple[bool, str, float]:
+    candidate, checker, results = run_asserts(
+        program, tests.function, list(tests.tests), setup=tests.setup, limits=limits
+    )
+    share = sum(bool(r and r["passed"]) for r in results) / len(results)
+    for outcome in (candidate, checker):
+        if outcome.status in ("timeout", "memory", "output_limit"):
+            return False, outcome.status, share
+    if all(r and r["passed"] for r in results):
+        return True, "", share
+    failed = [r for r in results if not (r and r["passed"])]
+    crashed = any(r is None or r["error"].startswith("candidate:") for r in failed)
+    return False, "runtime_error" if crashed else "wrong", share
 
 
 def verify_code(response: str, gold: str, problem: str = "") -> Verdict:

@@ -1,0 +1,64 @@
+"""Assert-style tests (MBPP's `test_list`, HumanEval's `check(candidate)`) through two sandboxes:
+the candidate's program in one (`server.py`), the checks in the other (`checker.py`), calls and
+return values relayed between them by this process as JSON lines. The checks hold the expected
+values; the candidate's process only ever sees arguments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from graft.sandbox.run import DEFAULT_LIMITS, Limits, Outcome, Sandbox, supervise
+
+HERE = Path(__file__).parent
+CANDIDATE, CHECKER = 0, 1
+
+
+def run_asserts(
+    source: str, entry: str, tests: list[str], *, setup: str = "", limits: Limits = DEFAULT_LIMITS
+) -> tuple[Outcome, Outcome, list[dict | None]]:
+    """Run each test (Python source that calls `entry`, or `candidate`) against `source`'s
+    function `entry`. Returns both sandboxes' outcomes and one result per test ({"passed",
+    "error"}), None for a test with no result."""
+    check = json.dumps({"entry": entry, "setup": setup, "tests": tests}).encode()
+    candidate = Sandbox(
+        {"solution.py": source.encode(), "server.py": (HERE / "server.py").read_bytes()},
+        ["python", "/work/server.py"],
+        limits,
+        inner_out=(3,),
+        inner_in=(4,),
+    )
+    try:
+        checker = Sandbox(
+            {"check.json": check, "checker.py": (HERE / "checker.py").read_bytes()},
+            ["python", "/work/checker.py"],
+            limits,
+            inner_out=(3, 5),
+            inner_in=(4,),
+        )
+    except BaseException:
+        candidate.stop("runtime_error", "its checker did not start")
+        candidate.finish()
+        raise
+    boxes = [candidate, checker]
+    for box in boxes:
+        box.close_input(0)
+    relays = {(CHECKER, 3): (CANDIDATE, 4), (CANDIDATE, 3): (CHECKER, 4)}
+    try:
+        supervise(boxes, relays, wall_s=limits.wall_s)
+    except BaseException:
+        for box in boxes:
+            box.stop("runtime_error", "interrupted")
+            box.finish()
+        raise
+    outcomes = [box.finish() for box in boxes]
+    results: list[dict | None] = [None] * len(tests)
+    for line in outcomes[CHECKER].other.get(5, b"").decode("utf-8", "replace").splitlines():
+        try:
+            record = json.loads(line)
+            if isinstance(record.get("i"), int) and 0 <= record["i"] < len(tests):
+                results[record["i"]] = {"passed": record.get("passed") is True,
+                                        "error": str(record.get("error", ""))}  # fmt: skip
+        except (ValueError, AttributeError):
+            continue
+    return outcomes[CANDIDATE], outcomes[CHECKER], results
