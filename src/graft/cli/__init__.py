@@ -12,11 +12,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from graft.cli import compare, config, demo, export, plot, probe, sft, store, tiny, train
+from graft.cli import code, compare, config, demo, export, plot, probe, sft, store, tiny, train
 from graft.cli import eval as evaluate
 from graft.cli.common import EPILOG, OneLineParser
 
-COMMANDS = (train, sft, probe, config, tiny, store, evaluate, plot, export, compare, demo)
+COMMANDS = (train, sft, probe, config, tiny, store, evaluate, plot, export, compare, demo, code)
 """In the order `graft --help` lists them."""
 
 

@@ -214,3 +214,13 @@ def verify_code(response: str, gold: str, problem: str = "") -> Verdict:
     if ok:
         return Verdict("correct", detail)
     return Verdict("timeout" if reason == "timeout" else "wrong", f"{reason}: {detail}")
+
+
+def code_reason(verdict: Verdict) -> str:
+    """Why a code verdict is not `correct`: timeout, memory, output_limit, runtime_error, wrong,
+    no_answer, or error (unusable tests, no sandbox); "" when correct."""
+    if verdict.correct:
+        return ""
+    if verdict.category in ("no_answer", "error"):
+        return verdict.category
+    return verdict.detail.split(":", 1)[0]

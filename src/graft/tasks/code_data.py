@@ -1,0 +1,181 @@
+"""Code problems read from data files, in the usual column layouts, normalized to `CodeTests`.
+
+Layouts, recognized by their columns (one per row, so a file may mix them):
+- graft's own: `prompt`, `tests` (an object or its JSON, `graft.tasks.code`), optional `reference`;
+- MBPP: `text` (or `prompt`), `code`, `test_list` (assert statements), optional
+  `test_setup_code`; the function's name is read from the first test;
+- HumanEval: `prompt`, `canonical_solution`, `test` (a `check(candidate)` function),
+  `entry_point`;
+- TACO / APPS: `question`, `input_output` (JSON with `inputs`, `outputs` and, for function
+  problems, `fn_name`), optional `solutions` (JSON list; the first is the reference);
+- LiveCodeBench: `question_content`, `public_test_cases` (JSON list of `input`, `output`,
+  `testtype`), optional `metadata` with `func_name`.
+Hub copies of these sets load through `datasets` like the math suites, with a pinned revision;
+the tests use small local files in the same layouts.
+
+`check_references` runs each problem's reference solution against its own tests in the sandbox:
+a problem whose reference fails is reported and left out, as an unparseable math gold is.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graft.errors import DataError
+from graft.tasks.code import CodeTestError, CodeTests, parse_tests, run_tests
+from graft.tasks.math_data import _read_jsonl
+
+LAYOUTS = ("graft", "mbpp", "humaneval", "taco", "livecodebench")
+
+
+@dataclass(frozen=True)
+class CodeProblem:
+    prompt: str
+    tests: CodeTests
+    reference: str | None
+    layout: str
+
+
+def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number, row) of a .jsonl or .parquet file; DataError names the file and row."""
+    if path.suffix.lower() == ".jsonl":
+        yield from _read_jsonl(path, 0)
+        return
+    if path.suffix.lower() != ".parquet":
+        raise DataError(f"unsupported code data file {path}: use .jsonl or .parquet")
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:
+        raise DataError(f"unreadable Parquet file {path}: {' '.join(str(exc).split())}") from None
+    yield from enumerate(rows, start=1)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _called_name(statement: str) -> str:
+    """The function an `assert f(...) == ...` statement calls first."""
+    for node in ast.walk(ast.parse(statement)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            return node.func.id
+    raise CodeTestError(f"tests: no function call in {statement[:60]!r}")
+
+
+def layout_of(row: dict[str, Any]) -> str:
+    if "tests" in row and "prompt" in row:
+        return "graft"
+    if "test_list" in row:
+        return "mbpp"
+    if "entry_point" in row and "test" in row:
+        return "humaneval"
+    if "input_output" in row:
+        return "taco"
+    if "public_test_cases" in row:
+        return "livecodebench"
+    raise CodeTestError(
+        f"no known layout in the columns {sorted(row)}: expected one of {list(LAYOUTS)} "
+        "(graft: prompt + tests; MBPP: test_list; HumanEval: test + entry_point; "
+        "TACO: input_output; LiveCodeBench: public_test_cases)"
+    )
+
+
+def _io_tests(inputs: list, outputs: list, fn_name: str | None) -> CodeTests:
+    if fn_name:
+        return parse_tests({"form": "call", "function": fn_name, "calls": inputs, "expected": [
+            o[0] if isinstance(o, list) and len(o) == 1 else o for o in outputs]})  # fmt: skip
+    as_text = [x if isinstance(x, str) else "\n".join(map(str, x)) for x in inputs]
+    want = [x if isinstance(x, str) else "\n".join(map(str, x)) for x in outputs]
+    return parse_tests({"form": "stdio", "stdin": as_text, "stdout": want})
+
+
+def normalize(row: dict[str, Any]) -> CodeProblem:
+    """A row of any known layout as a CodeProblem; CodeTestError says what is wrong."""
+    layout = layout_of(row)
+    if layout == "graft":
+        return CodeProblem(
+            str(row["prompt"]), parse_tests(row["tests"]), row.get("reference"), layout
+        )
+    if layout == "mbpp":
+        tests = list(row["test_list"] or [])
+        if not tests:
+            raise CodeTestError("tests: test_list is empty")
+        spec = {"form": "assert", "function": _called_name(tests[0]), "tests": tests,
+                "setup": row.get("test_setup_code") or ""}  # fmt: skip
+        prompt = str(row.get("text") or row.get("prompt") or "")
+        return CodeProblem(prompt, parse_tests(spec), row.get("code"), layout)
+    if layout == "humaneval":
+        spec = {"form": "assert", "function": row["entry_point"],
+                "tests": [f"{row['test']}\ncheck(candidate)"]}  # fmt: skip
+        reference = f"{row['prompt']}{row.get('canonical_solution') or ''}"
+        return CodeProblem(str(row["prompt"]), parse_tests(spec), reference, layout)
+    if layout == "taco":
+        io = _json(row["input_output"]) or {}
+        if not isinstance(io, dict) or "inputs" not in io or "outputs" not in io:
+            raise CodeTestError("tests: input_output needs inputs and outputs")
+        solutions = _json(row.get("solutions") or "[]") or []
+        tests = _io_tests(io["inputs"], io["outputs"], io.get("fn_name"))
+        return CodeProblem(str(row["question"]), tests, solutions[0] if solutions else None, layout)
+    cases = _json(row["public_test_cases"]) or []
+    if not cases:
+        raise CodeTestError("tests: public_test_cases is empty")
+    func = (_json(row.get("metadata") or "{}") or {}).get("func_name")
+    if any(c.get("testtype") == "functional" for c in cases) and func:
+        inputs = [[json.loads(line) for line in c["input"].splitlines()] for c in cases]
+        outputs = [json.loads(c["output"]) for c in cases]
+        return CodeProblem(
+            str(row["question_content"]), _io_tests(inputs, outputs, func), None, layout
+        )
+    tests = _io_tests([c["input"] for c in cases], [c["output"] for c in cases], None)
+    return CodeProblem(str(row["question_content"]), tests, None, layout)
+
+
+def load_code_problems(path: str, *, key: str) -> tuple[CodeProblem, ...]:
+    """Every problem of a file; a malformed row ends in one DataError naming file and row."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{key}: code data file not found: {path}")
+    out = []
+    for n, row in read_rows(p):
+        try:
+            out.append(normalize(row))
+        except (CodeTestError, KeyError, TypeError, ValueError, SyntaxError) as err:
+            what = err if isinstance(err, CodeTestError) else f"{type(err).__name__}: {err}"
+            raise DataError(f"{key}: row {n} of {path}: {what}") from None
+    if not out:
+        raise DataError(f"{key}: {path} has no rows")
+    return tuple(out)
+
+
+def check_references(
+    problems: tuple[CodeProblem, ...], *, where: str
+) -> tuple[tuple[CodeProblem, ...], dict[str, int]]:
+    """Problems whose reference passes its own tests (or that have none), and counts."""
+    kept, failed, checked = [], [], 0
+    for i, problem in enumerate(problems):
+        if problem.reference is None:
+            kept.append(problem)
+            continue
+        checked += 1
+        ok, reason, _ = run_tests(problem.reference, problem.tests)
+        if ok:
+            kept.append(problem)
+        else:
+            failed.append(f"#{i + 1} ({reason})")
+    if failed:
+        print(
+            f"warning: {where}: left out {len(failed)} of {checked} problems whose reference "
+            f"solution fails its own tests: {', '.join(failed[:5])}"
+            + (" ..." if len(failed) > 5 else ""),
+            file=sys.stderr,
+        )
+    counts = {"problems": len(problems), "references_checked": checked, "left_out": len(failed)}
+    return tuple(kept), counts

@@ -1,0 +1,153 @@
+"""Code problems in the usual layouts (small stand-ins written here, in the columns of MBPP,
+HumanEval, TACO and LiveCodeBench), normalized to one form, with references checked at load and
+malformed rows refused in one line naming file and row."""
+
+import json
+
+import pytest
+
+from graft.errors import DataError
+from graft.sandbox import isolation_problem
+from graft.tasks.code import verify_code
+from graft.tasks.code_data import check_references, load_code_problems
+
+needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
+
+MBPP = {
+    "task_id": 2,
+    "text": "Write a function to add two numbers.",
+    "code": "def add(a, b):\n    return a + b",
+    "test_list": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"],
+    "test_setup_code": "",
+}
+HUMANEVAL = {
+    "task_id": "HumanEval/0",
+    "prompt": 'def add(a, b):\n    """Add a and b."""\n',
+    "canonical_solution": "    return a + b\n",
+    "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+    "entry_point": "add",
+}
+TACO_STDIO = {
+    "question": "Read two integers and print their sum.",
+    "input_output": json.dumps({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}),
+    "solutions": json.dumps(["a, b = map(int, input().split())\nprint(a + b)"]),
+}
+TACO_CALL = {
+    "question": "Return the largest element.",
+    "input_output": json.dumps({"fn_name": "top", "inputs": [[[1, 5, 2]]], "outputs": [[5]]}),
+    "solutions": json.dumps(["def top(xs):\n    return min(xs)"]),  # a wrong reference
+}
+LCB = {
+    "question_content": "Print the sum of two integers.",
+    "public_test_cases": json.dumps([{"input": "2 2\n", "output": "4\n", "testtype": "stdin"}]),
+    "metadata": "{}",
+}
+GRAFT = {
+    "prompt": "Write add(a, b).",
+    "tests": {"form": "call", "function": "add", "calls": [[1, 2]], "expected": [3]},
+    "reference": "def add(a, b):\n    return a + b",
+}
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_every_layout_reads_to_one_form(tmp_path):
+    problems = load_code_problems(
+        write(tmp_path / "mixed.jsonl", [MBPP, HUMANEVAL, TACO_STDIO, TACO_CALL, LCB, GRAFT]),
+        key="task.code.train",
+    )
+    assert [p.layout for p in problems] == [
+        "mbpp", "humaneval", "taco", "taco", "livecodebench", "graft",
+    ]  # fmt: skip
+    assert [p.tests.form for p in problems] == [
+        "assert",
+        "assert",
+        "stdio",
+        "call",
+        "stdio",
+        "call",
+    ]
+    assert problems[0].tests.function == "add" and len(problems[0].tests) == 2
+    assert problems[3].tests.expected == (5,) and problems[3].tests.calls == (([1, 5, 2],),)
+
+
+@needs_sandbox
+def test_a_reference_that_fails_its_own_tests_is_left_out_and_counted(tmp_path, capsys):
+    path = write(tmp_path / "mixed.jsonl", [MBPP, HUMANEVAL, TACO_STDIO, TACO_CALL, LCB, GRAFT])
+    kept, counts = check_references(load_code_problems(path, key="k"), where="k")
+    assert counts == {"problems": 6, "references_checked": 5, "left_out": 1}
+    assert [p.layout for p in kept] == ["mbpp", "humaneval", "taco", "livecodebench", "graft"]
+    assert "left out 1 of 5" in capsys.readouterr().err
+    # the kept problems' tests judge their references correct, through the verifier
+    for problem in kept:
+        if problem.reference:
+            response = f"```python\n{problem.reference}\n```"
+            assert verify_code(response, problem.tests.to_gold()).correct, problem.layout
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"prompt": "p", "tests": {"form": "call", "calls": [[1]], "expected": [1]}}, "function"),
+        ({**MBPP, "test_list": ["x = 1"]}, "no function call"),
+        ({**MBPP, "test_list": []}, "test_list is empty"),
+        ({"prompt": "p", "tests": {"form": "unit"}}, "form 'unit' is not supported"),
+        ({"question": "q", "input_output": "{}"}, "inputs and outputs"),
+        ({"title": "no layout"}, "no known layout"),
+    ],
+)
+def test_a_malformed_row_ends_in_one_line_naming_file_and_row(tmp_path, row, message):
+    path = write(tmp_path / "bad.jsonl", [GRAFT, row])
+    with pytest.raises(DataError, match=message) as err:
+        load_code_problems(path, key="task.code.train")
+    assert f"row 2 of {path}" in str(err.value) and "\n" not in str(err.value)
+
+
+@needs_sandbox
+def test_graft_code_audit_writes_one_verdict_per_row(tmp_path, capsys):
+    from graft.cli import main
+
+    def row(response):
+        return {**GRAFT, "response": response}
+
+    rows = [
+        row("```python\ndef add(a, b):\n    return a + b\n```"),
+        row("```python\ndef add(a, b):\n    return a - b\n```"),
+        row("def add(a, b): return a + b"),
+        row("```python\nimport os\nos.system('rm -rf /work/..')\nwhile True:\n    pass\n```"),
+        {**MBPP, "response": "```python\ndef add(a, b):\n    return a + b\n```"},
+    ]
+    out = tmp_path / "verdicts.jsonl"
+    assert main(["code", "audit", write(tmp_path / "audit.jsonl", rows), "--out", str(out)]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["row"], g["verdict"], g["reason"]) for g in got] == [
+        (1, "correct", ""),
+        (2, "wrong", "wrong"),
+        (3, "no_answer", "no_answer"),
+        (4, "timeout", "timeout"),
+        (5, "correct", ""),
+    ]
+    assert "5 rows" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("rows", "culprit"),
+    [
+        ([{**GRAFT, "response": "x"}, GRAFT], "row 2 of"),  # no response
+        ([{**GRAFT, "response": "x"}, {**MBPP, "test_list": [], "response": "x"}], "row 2 of"),
+    ],
+)
+def test_graft_code_audit_refuses_a_bad_row_before_running_anything(
+    tmp_path, capsys, rows, culprit
+):
+    from graft.cli import main
+
+    out = tmp_path / "verdicts.jsonl"
+    path = write(tmp_path / "audit.jsonl", rows)
+    assert main(["code", "audit", path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graft: error: ") and culprit in err and "\n" not in err
+    assert not out.exists()
