@@ -151,3 +151,53 @@ def test_graft_code_audit_refuses_a_bad_row_before_running_anything(
     err = capsys.readouterr().err.strip()
     assert err.startswith("graft: error: ") and culprit in err and "\n" not in err
     assert not out.exists()
+
+
+def _task(tmp_path, **kw):
+    from graft.config import CodeDataConfig
+    from graft.tasks.code_data import CodeTask
+
+    train = write(tmp_path / "train.jsonl", [GRAFT, MBPP, TACO_CALL])
+    test = write(tmp_path / "test.jsonl", [HUMANEVAL])
+    return CodeTask(CodeDataConfig(train=train, test=test, **kw))
+
+
+@needs_sandbox
+def test_the_code_task_serves_prompts_and_tests_and_drops_broken_references(tmp_path, capsys):
+    task = _task(tmp_path)
+    assert task.verifier == "code"
+    train, test = task.train_problems(), task.test_problems()
+    assert len(train) == 2 and len(test) == 1  # TACO_CALL's reference fails its own tests
+    assert train[0].prompt.startswith("Write add(a, b).") and "```python" in train[0].prompt
+    assert json.loads(train[1].gold)["form"] == "assert"
+    assert "left out 1 of 3" in capsys.readouterr().err
+
+
+def test_without_isolation_the_code_task_refuses_to_start_in_one_line(tmp_path, monkeypatch):
+    import graft.sandbox
+    from graft.config import ConfigError
+
+    monkeypatch.setattr(graft.sandbox, "isolation_problem", lambda: "no user namespaces: fix")
+    with pytest.raises(ConfigError, match=r"task\.code\.sandbox: cannot isolate") as err:
+        _task(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_unsafe_local_warns_and_runs_programs_without_isolation(tmp_path, capsys, monkeypatch):
+    import graft.sandbox
+
+    monkeypatch.setattr(graft.sandbox, "isolation_problem", lambda: "none here")
+    task = _task(tmp_path, sandbox="unsafe_local", check_references=False)
+    assert task.verifier == "code_unsafe_local"
+    assert "WITHOUT isolation" in capsys.readouterr().err
+    from graft.tasks.verify import resolve_verifier
+
+    verify = resolve_verifier("code_unsafe_local")
+    gold = task.train_problems()[0].gold
+    assert verify("```python\ndef add(a, b):\n    return a + b\n```", gold).correct
+    assert not verify("```python\ndef add(a, b):\n    return a * b\n```", gold).correct
+    from graft.sandbox import Limits, call_in_sandbox
+
+    where = "import os\ndef f():\n    return os.getcwd()"
+    _, (cwd,) = call_in_sandbox(where, "f", [[]], limits=Limits(unsafe_local=True))
+    assert cwd.value != "/work" and "graft-sandbox-" in cwd.value  # the host's own tree

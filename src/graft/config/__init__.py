@@ -15,6 +15,7 @@ from graft.config.lib import ConfigError, load_config, to_dict
 from graft.config.schema import (
     AlgoConfig,
     ArithmeticConfig,
+    CodeDataConfig,
     Config,
     EvalConfig,
     ExchangeConfig,
@@ -34,6 +35,7 @@ from graft.config.schema import (
 __all__ = [
     "AlgoConfig",
     "ArithmeticConfig",
+    "CodeDataConfig",
     "Config",
     "ConfigError",
     "EvalConfig",

@@ -330,6 +330,12 @@ def _check_task(cfg: Config) -> None:
         _count(m.limit, "task.math.limit", 0, note=" (0: all rows)")
         _check(bool(m.problem_column), "task.math.problem_column", "must not be empty")
         _check(bool(m.answer_column), "task.math.answer_column", "must not be empty")
+    elif t.name == "code":
+        c = t.code
+        _check(bool(c.train), "task.code.train", "set a .jsonl or .parquet file of code problems")
+        for name in ("train", "test", "val"):
+            _check_path(getattr(c, name), f"task.code.{name}")
+        _count(c.limit, "task.code.limit", 0, note=" (0: all rows)")
     else:
         a = t.arithmetic
         _check(len(a.skills) >= 1, "task.arithmetic.skills", "list at least one skill")

@@ -106,13 +106,39 @@ class MathDataConfig:
 
 
 @dataclass(frozen=True)
+class CodeDataConfig:
+    train: str = ""
+    """Training problems: a .jsonl or .parquet file in a layout graft reads (graft, MBPP,
+    HumanEval, TACO, LiveCodeBench; `graft.tasks.code_data`)."""
+    test: str = ""
+    """Held-out problems, same forms; empty: none."""
+    val: str = ""
+    """Validation problems for choosing the best checkpoint; empty: none."""
+    suffix: str = "\nAnswer with the complete program in one ```python code block."
+    """Appended to every problem to form the task prompt."""
+    check_references: bool = True
+    """Run each problem's reference solution against its own tests at load; a problem whose
+    reference fails is left out (counted, and named in a warning)."""
+    sandbox: Literal["namespaces", "unsafe_local"] = "namespaces"
+    """How candidate programs run: `namespaces` (the sandbox; refused in one line where the
+    machine cannot isolate), or `unsafe_local`: a plain subprocess with resource limits and a
+    wall clock but NO isolation (files, network and processes of this machine are open to the
+    program). Never a default; graft warns at start."""
+    limit: int = 0
+    """Use at most this many problems of each file; 0: all."""
+
+
+@dataclass(frozen=True)
 class TaskConfig:
-    name: Literal["arithmetic", "math"] = "arithmetic"
-    """Which task family: built-in synthetic arithmetic, or math problems read from data files."""
+    name: Literal["arithmetic", "math", "code"] = "arithmetic"
+    """Which task family: built-in synthetic arithmetic, math problems read from data files, or
+    code problems with tests, run in a sandbox."""
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     """Settings of the synthetic arithmetic task."""
     math: MathDataConfig = field(default_factory=MathDataConfig)
     """Settings of the math-from-data task."""
+    code: CodeDataConfig = field(default_factory=CodeDataConfig)
+    """Settings of the code task."""
 
 
 @dataclass(frozen=True)

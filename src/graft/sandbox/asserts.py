@@ -23,7 +23,7 @@ def run_asserts(
     check = json.dumps({"entry": entry, "setup": setup, "tests": tests}).encode()
     candidate = Sandbox(
         {"solution.py": source.encode(), "server.py": (HERE / "server.py").read_bytes()},
-        ["python", "/work/server.py"],
+        ["python", "server.py"],
         limits,
         inner_out=(3,),
         inner_in=(4,),
@@ -31,7 +31,7 @@ def run_asserts(
     try:
         checker = Sandbox(
             {"check.json": check, "checker.py": (HERE / "checker.py").read_bytes()},
-            ["python", "/work/checker.py"],
+            ["python", "checker.py"],
             limits,
             inner_out=(3, 5),
             inner_in=(4,),

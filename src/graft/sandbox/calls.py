@@ -30,7 +30,7 @@ def call_in_sandbox(
     (the program died, timed out or wrote garbage before it)."""
     spec = json.dumps({"function": function, "calls": calls}).encode()
     files = {"solution.py": source.encode(), "calls.json": spec, "harness.py": HARNESS.read_bytes()}
-    outcome = run_sandboxed(files, ["python", "/work/harness.py"], limits=limits)
+    outcome = run_sandboxed(files, ["python", "harness.py"], limits=limits)
     returns: list[CallReturn | None] = [None] * len(calls)
     for line in outcome.channel.decode("utf-8", "replace").splitlines():
         try:

@@ -10,11 +10,11 @@ import sys
 
 def main() -> None:
     channel = os.fdopen(3, "w")
-    with open("/work/calls.json") as f:
+    with open("calls.json") as f:
         spec = json.load(f)
     namespace = {"__name__": "solution"}
     try:
-        with open("/work/solution.py") as f:
+        with open("solution.py") as f:
             exec(compile(f.read(), "solution.py", "exec"), namespace)
     except BaseException as exc:
         channel.write(json.dumps({"load_error": type(exc).__name__}) + "\n")

@@ -3,8 +3,9 @@
 user namespace (root of nothing on the host). It builds a root file system that holds only what
 Python needs, read-only, and a size- and file-capped scratch directory; mounts private /tmp,
 /dev/shm, /dev and /proc; enters it with chroot; sets resource limits; drops every capability;
-and execs the candidate. When PID 1 exits, the kernel kills every process left in the namespace,
-detached or not."""
+and execs the candidate. When PID 1 exits, the kernel kills every process left in the
+namespace, detached or not. With `unsafe_local` it only places the pipes, sets the limits and
+execs the candidate in the staged files' directory."""
 
 from __future__ import annotations
 
@@ -124,11 +125,15 @@ def main() -> None:
         os.dup2(copy, inner)
         os.set_inheritable(inner, True)
         os.close(copy)
-    root = build_root(cfg)
-    os.chroot(root)
-    os.chdir("/work")
-    limit(cfg)
-    drop_capabilities()
+    if cfg.get("unsafe_local"):  # no namespaces, no new root: the limits only
+        os.chdir(cfg["files"])
+        limit(cfg)
+    else:
+        root = build_root(cfg)
+        os.chroot(root)
+        os.chdir("/work")
+        limit(cfg)
+        drop_capabilities()
     env = {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",

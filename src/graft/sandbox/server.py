@@ -12,7 +12,7 @@ def main() -> None:
     replies, requests = os.fdopen(3, "w"), os.fdopen(4)
     namespace = {"__name__": "solution"}
     try:
-        with open("/work/solution.py") as f:
+        with open("solution.py") as f:
             exec(compile(f.read(), "solution.py", "exec"), namespace)
     except BaseException as exc:
         replies.write(json.dumps({"error": "load:" + type(exc).__name__}) + "\n")

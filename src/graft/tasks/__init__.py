@@ -39,7 +39,17 @@ def _math(cfg: TaskConfig) -> Task:
     return MathTask(cfg.math)
 
 
-TASKS: dict[str, Callable[[TaskConfig], Task]] = {"arithmetic": _arithmetic, "math": _math}
+def _code(cfg: TaskConfig) -> Task:
+    from graft.tasks.code_data import CodeTask
+
+    return CodeTask(cfg.code)
+
+
+TASKS: dict[str, Callable[[TaskConfig], Task]] = {
+    "arithmetic": _arithmetic,
+    "math": _math,
+    "code": _code,
+}
 
 
 def build_task(cfg: TaskConfig) -> Task:

@@ -18,6 +18,7 @@ share of tests passed goes to the verdict's detail, for diagnostics.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -155,9 +156,12 @@ def same_stdout(got: str, want: str, rel_tol: float) -> bool:
     return True
 
 
-def run_tests(program: str, tests: CodeTests, limits: Limits = LIMITS) -> tuple[bool, str, float]:
+def run_tests(
+    program: str, tests: CodeTests, limits: Limits = LIMITS, *, unsafe: bool = False
+) -> tuple[bool, str, float]:
     """(all passed, reason, share passed): reason "" when passed, else timeout / memory /
-    output_limit / runtime_error / wrong."""
+    output_limit / runtime_error / wrong. `unsafe`: without isolation (`unsafe_local`)."""
+    limits = dataclasses.replace(limits, unsafe_local=unsafe)
     if tests.form == "call":
         outcome, returns = call_in_sandbox(
             program, tests.function, [list(c) for c in tests.calls], limits=limits
@@ -169,7 +173,7 @@ def run_tests(program: str, tests: CodeTests, limits: Limits = LIMITS) -> tuple[
         return _run_asserts(program, tests, limits)
     passed, reason = 0, ""
     for stdin, want in zip(tests.stdin, tests.stdout, strict=True):
-        outcome = run_sandboxed({"main.py": program.encode()}, ["python", "/work/main.py"],
+        outcome = run_sandboxed({"main.py": program.encode()}, ["python", "main.py"],
                                 stdin=stdin.encode(), limits=limits)  # fmt: skip
         if outcome.status != "ok":
             reason = reason or outcome.status
@@ -197,7 +201,12 @@ def _run_asserts(program: str, tests: CodeTests, limits: Limits) -> tuple[bool, 
     return False, "runtime_error" if crashed else "wrong", share
 
 
-def verify_code(response: str, gold: str, problem: str = "") -> Verdict:
+def verify_code_unsafe_local(response: str, gold: str, problem: str = "") -> Verdict:
+    """`verify_code` WITHOUT isolation (`task.code.sandbox: unsafe_local`)."""
+    return verify_code(response, gold, problem, unsafe=True)
+
+
+def verify_code(response: str, gold: str, problem: str = "", *, unsafe: bool = False) -> Verdict:
     """Run the response's last Python block against the tests in `gold` (module docstring)."""
     try:
         tests = parse_tests(gold)
@@ -207,7 +216,7 @@ def verify_code(response: str, gold: str, problem: str = "") -> Verdict:
     if program is None:
         return Verdict("no_answer", "no fenced Python block")
     try:
-        ok, reason, share = run_tests(program, tests)
+        ok, reason, share = run_tests(program, tests, unsafe=unsafe)
     except IsolationError as err:
         return Verdict("error", f"no sandbox: {err}")
     detail = f"passed {share:.0%} of {len(tests)} tests"

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graft.config import CodeDataConfig, ConfigError
 from graft.errors import DataError
 from graft.tasks.code import CodeTestError, CodeTests, parse_tests, run_tests
 from graft.tasks.math_data import _read_jsonl
+from graft.types import Problem
 
 LAYOUTS = ("graft", "mbpp", "humaneval", "taco", "livecodebench")
 
@@ -156,7 +158,7 @@ def load_code_problems(path: str, *, key: str) -> tuple[CodeProblem, ...]:
 
 
 def check_references(
-    problems: tuple[CodeProblem, ...], *, where: str
+    problems: tuple[CodeProblem, ...], *, where: str, unsafe: bool = False
 ) -> tuple[tuple[CodeProblem, ...], dict[str, int]]:
     """Problems whose reference passes its own tests (or that have none), and counts."""
     kept, failed, checked = [], [], 0
@@ -165,7 +167,7 @@ def check_references(
             kept.append(problem)
             continue
         checked += 1
-        ok, reason, _ = run_tests(problem.reference, problem.tests)
+        ok, reason, _ = run_tests(problem.reference, problem.tests, unsafe=unsafe)
         if ok:
             kept.append(problem)
         else:
@@ -179,3 +181,58 @@ def check_references(
         )
     counts = {"problems": len(problems), "references_checked": checked, "left_out": len(failed)}
     return tuple(kept), counts
+
+
+UNSAFE_WARNING = (
+    "WARNING: task.code.sandbox=unsafe_local: candidate programs run WITHOUT isolation; they "
+    "can read and write this machine's files, use its network and signal its processes"
+)
+
+
+class CodeTask:
+    """Code problems from data files (module docstring), judged by the `code` verifier in the
+    sandbox; refuses to start where the machine cannot isolate programs (one line saying how
+    to get isolation), unless `sandbox: unsafe_local`, which warns."""
+
+    name = "code"
+
+    def __init__(self, cfg: CodeDataConfig) -> None:
+        from graft.sandbox import isolation_problem
+
+        self.cfg = cfg
+        if cfg.sandbox == "unsafe_local":
+            print(UNSAFE_WARNING, file=sys.stderr)
+            self.verifier = "code_unsafe_local"
+        elif isolation_problem():
+            raise ConfigError(
+                f"task.code.sandbox: cannot isolate programs here: {isolation_problem()}"
+            )
+        else:
+            self.verifier = "code"
+        self._sets = {
+            name: self._load(getattr(cfg, name), f"task.code.{name}") if getattr(cfg, name) else ()
+            for name in ("train", "test", "val")
+        }
+
+    def _load(self, path: str, key: str) -> tuple[Problem, ...]:
+        problems = load_code_problems(path, key=key)
+        if self.cfg.limit:
+            problems = problems[: self.cfg.limit]
+        if self.cfg.check_references:
+            problems, _ = check_references(
+                problems, where=key, unsafe=self.cfg.sandbox == "unsafe_local"
+            )
+        if not problems:
+            raise DataError(f"{key}: no problem of {path} is left")
+        return tuple(
+            Problem(p.prompt.strip() + self.cfg.suffix, p.tests.to_gold()) for p in problems
+        )
+
+    def train_problems(self) -> tuple[Problem, ...]:
+        return self._sets["train"]
+
+    def test_problems(self) -> tuple[Problem, ...]:
+        return self._sets["test"]
+
+    def val_problems(self) -> tuple[Problem, ...]:
+        return self._sets["val"]

@@ -326,12 +326,25 @@ def verify_code(response: str, gold: str, problem: str = "") -> Verdict:
     return run(response, gold, problem)
 
 
+def verify_code_unsafe_local(response: str, gold: str, problem: str = "") -> Verdict:
+    """The code verifier without isolation (`task.code.sandbox: unsafe_local`)."""
+    from graft.tasks.code import verify_code_unsafe_local as run
+
+    return run(response, gold, problem)
+
+
 VERIFIERS: dict[str, Verifier] = {
     "math": verify_math,
     "final_number": verify_final_number,
     "code": verify_code,
+    "code_unsafe_local": verify_code_unsafe_local,
 }
-_VERSIONS = {"math": "graft-strict-3", "final_number": "1", "code": "graft-sandbox-1"}
+_VERSIONS = {
+    "math": "graft-strict-3",
+    "final_number": "1",
+    "code": "graft-sandbox-1",
+    "code_unsafe_local": "graft-unsafe-local-1",
+}
 
 
 def _check_name(name: str) -> tuple[str, str]:
