@@ -125,3 +125,15 @@ def test_same_value_is_strict_about_types_and_order():
     assert same_value(1, 1.0) and not same_value(True, 1) and not same_value("5", 5)
     assert not same_value([1, 2], [2, 1]) and same_value([1, 2], [2, 1], unordered=True)
     assert not same_value(float("nan"), float("nan"))
+
+
+def test_a_large_stdin_is_fed_while_the_program_runs_and_an_unread_one_never_hangs():
+    from graft.sandbox import run_sandboxed
+
+    big = b"1\n" * 300_000  # far more than a pipe holds
+    summing = b"import sys\nprint(sum(int(x) for x in sys.stdin))"
+    outcome = run_sandboxed({"m.py": summing}, ["python", "m.py"], stdin=big, limits=LIMITS)
+    assert (outcome.status, outcome.stdout) == ("ok", b"300000\n")
+    ignoring = b"import time\ntime.sleep(60)"
+    outcome = run_sandboxed({"m.py": ignoring}, ["python", "m.py"], stdin=big, limits=LIMITS)
+    assert outcome.status == "timeout" and outcome.seconds < LIMITS.wall_s + 3

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -293,16 +294,36 @@ class Sandbox:
         self.writers[0] = self.proc.stdin.fileno()  # type: ignore[union-attr]
         self.received: dict[int, bytearray] = {fd: bytearray() for fd in self.readers}
         self.status, self.detail = "", ""
+        self._feeder: threading.Thread | None = None
 
     def write(self, fd: int, data: bytes) -> None:
-        """Send `data` to the program's fd (a program that stopped reading gets no more)."""
+        """Send `data` to the program's fd without ever blocking this process: a program that
+        stopped reading gets no more (what does not fit in the pipe is dropped)."""
         if fd in self.writers:
-            with contextlib.suppress(BrokenPipeError, OSError):
+            with contextlib.suppress(OSError):  # BlockingIOError and BrokenPipeError included
+                os.set_blocking(self.writers[fd], False)
                 os.write(self.writers[fd], data)
 
+    def feed(self, data: bytes) -> None:
+        """Its whole stdin, from a thread (a program may read it slowly while it writes), then
+        closed; a program that never reads it blocks only the thread, until the run ends."""
+
+        def pour() -> None:
+            with contextlib.suppress(OSError):
+                fd = self.writers[0]
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            self.close_input(0)
+
+        self._feeder = threading.Thread(target=pour, name="graft-sandbox-stdin", daemon=True)
+        self._feeder.start()
+
     def close_input(self, fd: int) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.writers.pop(fd))
+        host = self.writers.pop(fd, None)
+        if host is not None:
+            with contextlib.suppress(OSError):
+                os.close(host)
 
     def stop(self, status: str, detail: str) -> None:
         """End it now (the whole namespace), recording why."""
@@ -318,6 +339,8 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             self.stop("timeout", "the program did not exit")
             code = self.proc.wait()
+        if self._feeder is not None:  # the program is gone: its stdin pipe is broken
+            self._feeder.join(timeout=5.0)
         for fd in list(self.writers):
             self.close_input(fd)
         for f in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
@@ -400,8 +423,7 @@ def run_sandboxed(
     limits = limits or DEFAULT_LIMITS
     box = Sandbox(files, argv, limits)
     try:
-        box.write(0, stdin)
-        box.close_input(0)
+        box.feed(stdin)
         supervise([box], wall_s=limits.wall_s)
     except BaseException:
         box.stop("runtime_error", "interrupted")

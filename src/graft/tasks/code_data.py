@@ -10,8 +10,8 @@ Layouts, recognized by their columns (one per row, so a file may mix them):
   problems, `fn_name`), optional `solutions` (JSON list; the first is the reference);
 - LiveCodeBench: `question_content`, `public_test_cases` (JSON list of `input`, `output`,
   `testtype`), optional `metadata` with `func_name`.
-Hub copies of these sets load through `datasets` like the math suites, with a pinned revision;
-the tests use small local files in the same layouts.
+Only local files are read for now (a Hugging Face copy of these sets, saved as .jsonl or
+.parquet, reads as is); the tests use small files written in the same layouts.
 
 `check_references` runs each problem's reference solution against its own tests in the sandbox:
 a problem whose reference fails is reported and left out, as an unparseable math gold is.
