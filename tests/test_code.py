@@ -1,7 +1,11 @@
 """The code verifier: test specs in their normalized forms, the program taken from the last fenced
 Python block, a reward only when every test passes, and the whole path through the verifier pool."""
 
+import json
+from pathlib import Path
+
 import pytest
+import yaml
 
 from graft.sandbox import isolation_problem
 from graft.tasks.code import (
@@ -125,3 +129,25 @@ HOSTILE_TO_ASSERTS = [
 def test_a_hostile_candidate_cannot_pass_an_assert_style_check(source):
     verdict = verify_code(block(source), MBPP)
     assert not verdict.correct and verdict.category in ("wrong", "timeout"), verdict
+
+
+BENIGN = yaml.safe_load((Path(__file__).parent / "code_benign.yaml").read_text())
+
+
+def _gold(row: dict) -> str:
+    keys = ("form", "function", "calls", "expected", "rel_tol", "unordered", "stdin", "stdout")
+    return json.dumps({k: row[k] for k in (*keys, "tests") if k in row})
+
+
+@needs_sandbox
+@pytest.mark.parametrize("row", BENIGN, ids=[f"{r['form']}-{i}" for i, r in enumerate(BENIGN)])
+def test_hand_checked_programs_are_scored_as_a_careful_reviewer_would(row):
+    verdict = verify_code(block(row["program"]), _gold(row))
+    assert verdict.correct == row["correct"], verdict
+
+
+def test_the_benign_table_covers_the_three_forms():
+    forms = [r["form"] for r in BENIGN]
+    assert len(BENIGN) >= 60 and {forms.count(f) >= 10 for f in ("call", "stdio", "assert")} == {
+        True
+    }
