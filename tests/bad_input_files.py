@@ -91,6 +91,17 @@ def make_bad_files(files: Path, run: Path) -> None:
     peer_store(files / "good_store", answers="right", verifier="final_number")
     empty = StoreWriter(str(files / "empty_store"), run_id="r", run_meta={}, background=False)
     empty.close()  # store.json and the run's metadata, no shard
+    good = {"prompt": "Write add.", "tests": {"form": "call", "function": "add",
+            "calls": [[1, 2]], "expected": [3]}}  # fmt: skip
+    code_rows = {
+        "code_malformed.jsonl": {**good, "tests": {"form": "call", "function": "add",
+                                                   "calls": [[1], [2]], "expected": [3]}},
+        "code_nofunction.jsonl": {**good, "tests": {"form": "call", "calls": [[1]],
+                                                    "expected": [3]}},
+        "code_unsupported.jsonl": {**good, "tests": {"form": "property", "function": "add"}},
+    }  # fmt: skip
+    for name, bad in code_rows.items():
+        (files / name).write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     (files / "conflict.jsonl").write_text(
         '{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n'
         '{"problem": "1+1", "answer": "3"}\n'

@@ -193,6 +193,15 @@ CASES = [
         [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/none.jsonl")],
         "none.jsonl",
     ),
+    *[
+        (
+            f"code-{what}",
+            [*TRAIN_NEW, *sets("task.name=code", f"task.code.train={F}/code_{what}.jsonl")],
+            f"row 2 of {F}/code_{what}.jsonl",
+        )
+        for what in ("malformed", "nofunction", "unsupported")
+    ],
+    ("code-no-train", [*TRAIN_NEW, *sets("task.name=code")], "task.code.train"),
     (
         "data-not-utf8",
         [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/latin1.jsonl")],

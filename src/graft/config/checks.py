@@ -320,22 +320,23 @@ def _check_optim(o: OptimConfig, key: str) -> None:
     _count(o.warmup_steps, f"{key}.warmup_steps", 0)
 
 
+def _check_data_files(section, key: str, missing: str) -> None:
+    """A data task's train/test/val paths and row limit."""
+    _check(bool(section.train), f"{key}.train", missing)
+    for name in ("train", "test", "val"):
+        _check_path(getattr(section, name), f"{key}.{name}")
+    _count(section.limit, f"{key}.limit", 0, note=" (0: all rows)")
+
+
 def _check_task(cfg: Config) -> None:
     t = cfg.task
     if t.name == "math":
         m = t.math
-        _check(bool(m.train), "task.math.train", "set a data file or dataset name")
-        for name in ("train", "test", "val"):
-            _check_path(getattr(m, name), f"task.math.{name}")
-        _count(m.limit, "task.math.limit", 0, note=" (0: all rows)")
+        _check_data_files(m, "task.math", "set a data file or dataset name")
         _check(bool(m.problem_column), "task.math.problem_column", "must not be empty")
         _check(bool(m.answer_column), "task.math.answer_column", "must not be empty")
     elif t.name == "code":
-        c = t.code
-        _check(bool(c.train), "task.code.train", "set a .jsonl or .parquet file of code problems")
-        for name in ("train", "test", "val"):
-            _check_path(getattr(c, name), f"task.code.{name}")
-        _count(c.limit, "task.code.limit", 0, note=" (0: all rows)")
+        _check_data_files(t.code, "task.code", "set a .jsonl or .parquet file of code problems")
     else:
         a = t.arithmetic
         _check(len(a.skills) >= 1, "task.arithmetic.skills", "list at least one skill")

@@ -200,6 +200,11 @@ class CodeTask:
         from graft.sandbox import isolation_problem
 
         self.cfg = cfg
+        read = {  # every file read and checked before any program runs
+            name: load_code_problems(getattr(cfg, name), key=f"task.code.{name}")
+            for name in ("train", "test", "val")
+            if getattr(cfg, name)
+        }
         if cfg.sandbox == "unsafe_local":
             print(UNSAFE_WARNING, file=sys.stderr)
             self.verifier = "code_unsafe_local"
@@ -209,13 +214,13 @@ class CodeTask:
             )
         else:
             self.verifier = "code"
-        self._sets = {
-            name: self._load(getattr(cfg, name), f"task.code.{name}") if getattr(cfg, name) else ()
-            for name in ("train", "test", "val")
-        }
+        self._sets: dict[str, tuple[Problem, ...]] = {"train": (), "test": (), "val": ()}
+        for name, problems in read.items():
+            self._sets[name] = self._prepare(problems, getattr(cfg, name), f"task.code.{name}")
 
-    def _load(self, path: str, key: str) -> tuple[Problem, ...]:
-        problems = load_code_problems(path, key=key)
+    def _prepare(
+        self, problems: tuple[CodeProblem, ...], path: str, key: str
+    ) -> tuple[Problem, ...]:
         if self.cfg.limit:
             problems = problems[: self.cfg.limit]
         if self.cfg.check_references:
