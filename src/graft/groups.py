@@ -89,8 +89,9 @@ def self_train_group(group: Group) -> TrainGroup:
     return TrainGroup(problem_id=group.problem.id, sequences=sequences, is_peer=False)
 
 
-def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
-    """Reward, degenerate-group fractions and verdict counts of one policy's rollout batch."""
+def group_metrics(groups: Sequence[Group], verifier: str = "") -> dict[str, float]:
+    """Reward, degenerate-group fractions and verdict counts of one policy's rollout batch
+    (`verifier` names the reasons counted: `graft.tasks.verify.verdict_counts`)."""
     if not groups:
         return {}
     num_groups = len(groups)
@@ -105,5 +106,5 @@ def group_metrics(groups: Sequence[Group]) -> dict[str, float]:
         "response/length_frac": sum(c.finish_reason == "length" for c in completions)
         / len(completions),
     }
-    out.update(verdict_counts(verdicts))
+    out.update(verdict_counts(verdicts, verifier))
     return out

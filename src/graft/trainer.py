@@ -278,7 +278,7 @@ class Trainer:
         gen_tokens = 0
         for name in self.names:
             gen_tokens += sum(c.num_tokens for g in groups[name] for c in g.rollout.completions_G)
-            metrics = {**group_metrics(groups[name]), **stats.get(name, {})}
+            metrics = {**group_metrics(groups[name], self.verifier), **stats.get(name, {})}
             out.update({self.prefix[name] + k: v for k, v in metrics.items()})
         out["time/generate_s"] = t1 - t0
         out["time/verify_s"] = t2 - t1

@@ -337,6 +337,12 @@ def _check_task(cfg: Config) -> None:
         _check(bool(m.answer_column), "task.math.answer_column", "must not be empty")
     elif t.name == "code":
         _check_data_files(t.code, "task.code", "set a .jsonl or .parquet file of code problems")
+    elif t.name == "list_functions":
+        f = t.list_functions
+        _check(len(f.skills) >= 1, "task.list_functions.skills", "list at least one skill")
+        _count(f.num_train, "task.list_functions.num_train", 1, MAX_PROBLEMS)
+        _count(f.num_test, "task.list_functions.num_test", 0, MAX_PROBLEMS)
+        _count(f.num_val, "task.list_functions.num_val", 0, MAX_PROBLEMS)
     else:
         a = t.arithmetic
         _check(len(a.skills) >= 1, "task.arithmetic.skills", "list at least one skill")

@@ -50,9 +50,14 @@ def pass_ks(n: int) -> list[int]:
 
 
 def suite_metrics(
-    problems: Sequence[Problem], verdicts_P: Sequence[Sequence[Verdict]], *, suite: str
+    problems: Sequence[Problem],
+    verdicts_P: Sequence[Sequence[Verdict]],
+    *,
+    suite: str,
+    verifier: str = "",
 ) -> dict[str, float]:
-    """avg@k, pass@k, per-skill avg@k and verdict counts of one policy on one suite (one run)."""
+    """avg@k, pass@k, per-skill avg@k and verdict counts (with the reasons of `verifier`) of one
+    policy on one suite (one run)."""
     k = len(verdicts_P[0]) if verdicts_P else 0
     correct_PK = [[v.correct for v in vs] for vs in verdicts_P]
     out = {f"eval/{suite}/avg@{k}": avg_at_k(correct_PK)}
@@ -66,7 +71,7 @@ def suite_metrics(
     if len(by_skill) > 1:
         for skill, rows in sorted(by_skill.items()):
             out[f"eval/{suite}/{skill}/avg@{k}"] = avg_at_k(rows)
-    counts = verdict_counts(v for vs in verdicts_P for v in vs)
+    counts = verdict_counts((v for vs in verdicts_P for v in vs), verifier)
     out.update({f"eval/{suite}/{key}": value for key, value in counts.items()})
     return out
 
@@ -87,8 +92,11 @@ def evaluate_once(
         seeds = {name: derive_seed(seed, "eval", suite.name) for name in generator.names}
         rollouts = generator.generate(suite.problems, n=k, params=params, seeds=seeds)
         for name, rs in rollouts.items():
-            verdicts = verify_rollouts(pool, verifier or suite.verifier, rs)
-            out[name].update(suite_metrics(suite.problems, verdicts, suite=suite.name))
+            used = verifier or suite.verifier
+            verdicts = verify_rollouts(pool, used, rs)
+            out[name].update(
+                suite_metrics(suite.problems, verdicts, suite=suite.name, verifier=used)
+            )
     return out
 
 

@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tokenizers
 import torch
@@ -44,11 +45,17 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from graft.config import ArithmeticConfig
 from graft.models.common import model_fingerprint, quiet_transformers
 from graft.models.tiny_specs import MUL_SKILLS, TINY_PRESETS, TinySpec
 from graft.models.tiny_tokenizers import MAX_POSITIONS, bpe_tokenizer, char_tokenizer
-from graft.tasks.arithmetic import ArithmeticTask
+from graft.tasks.arithmetic import ArithmeticTask, wrong_answer
 from graft.types import Problem
+
+if TYPE_CHECKING:
+    from graft.tasks.list_functions import ListFunctionsTask
+
+    TinyTask = ArithmeticTask | ListFunctionsTask
 
 __all__ = [
     "MUL_SKILLS",
@@ -73,16 +80,25 @@ SPEC_FILE = "tiny_spec.json"
 # ----------------------------------------------------------------------------------- tokenizers
 
 
+def tiny_task(spec: TinySpec) -> TinyTask:
+    """The task a spec pre-trains on: arithmetic, or list functions (a code task)."""
+    if isinstance(spec.task, ArithmeticConfig):
+        return ArithmeticTask(spec.task)
+    from graft.tasks.list_functions import ListFunctionsTask
+
+    return ListFunctionsTask(spec.task, runs_code=False)
+
+
 def _apply_template(template: str, prompt: str) -> str:
     # str.replace rather than str.format: a template may contain other braces (JSON, LaTeX).
     return template.replace("{prompt}", prompt)
 
 
-def make_tokenizer(spec: TinySpec, task: ArithmeticTask | None = None) -> PreTrainedTokenizerFast:
+def make_tokenizer(spec: TinySpec, task: TinyTask | None = None) -> PreTrainedTokenizerFast:
     """The spec's tokenizer; BPE is trained on the task's templated prompts + solutions."""
     if spec.tokenizer == "char":
         return char_tokenizer()
-    task = task or ArithmeticTask(spec.task)
+    task = task or tiny_task(spec)
     texts = [
         _apply_template(spec.prompt_template, p.prompt) + task.solution(p)
         for p in task.train_problems()
@@ -137,23 +153,10 @@ def count_params(model: torch.nn.Module) -> int:
 # ----------------------------------------------------------------------------------- pre-training
 
 
-def wrong_answer(gold: str, rng: random.Random) -> str:
-    """A plausible wrong result: off by 1..9, or one digit changed (never a leading zero)."""
-    value = int(gold)
-    if rng.random() < 0.5:
-        candidates = [value + d for d in range(-9, 10) if d != 0 and value + d >= 0]
-        return str(rng.choice(candidates))
-    digits = list(gold)
-    pos = rng.randrange(len(digits))
-    low = 1 if pos == 0 and len(digits) > 1 else 0
-    digits[pos] = rng.choice([c for c in "0123456789"[low:] if c != digits[pos]])
-    return "".join(digits)
-
-
 class _Examples:
     """Draws (prompt text, response text) pairs: skill by weight, problem uniformly, then noise."""
 
-    def __init__(self, spec: TinySpec, task: ArithmeticTask, rng: random.Random) -> None:
+    def __init__(self, spec: TinySpec, task: TinyTask, rng: random.Random) -> None:
         self.spec, self.task, self.rng = spec, task, rng
         by_skill: dict[str, list[Problem]] = {s.spec: [] for s in task.skills}
         for p in task.train_problems():
@@ -169,9 +172,7 @@ class _Examples:
         problem = self.rng.choice(pool)
         response = self.task.solution(problem)
         if self.rng.random() < self.spec.noise and noisy:
-            # Keep any scratchpad working and corrupt only the final result.
-            stem = response[: len(response) - len(problem.gold)]
-            response = stem + wrong_answer(problem.gold, self.rng)
+            response = self.task.wrong_solution(problem, self.rng)
         return _apply_template(self.spec.prompt_template, problem.prompt), response
 
 
@@ -217,7 +218,7 @@ def pretrain(
     Returns {"final_loss", "steps", "seconds", "examples"}; final_loss averages the last 20 steps.
     The model is left in eval mode.
     """
-    task = ArithmeticTask(spec.task)
+    task = tiny_task(spec)
     rng = random.Random(spec.seed)
     torch.manual_seed(spec.seed)
     examples = _Examples(spec, task, rng)
@@ -308,7 +309,7 @@ def _is_complete(path: Path) -> bool:
 
 
 def _build_into(out: Path, name: str, spec: TinySpec, key: str, progress: bool) -> None:
-    task = ArithmeticTask(spec.task)
+    task = tiny_task(spec)
     tokenizer = make_tokenizer(spec, task)
     torch.manual_seed(spec.seed)
     model = make_model(spec, tokenizer)

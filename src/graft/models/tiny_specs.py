@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from graft.config import ArithmeticConfig
+from graft.config import ArithmeticConfig, ListFunctionsConfig
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,9 @@ class TinySpec:
     kv_heads: int = 2
     """Key/value heads (grouped-query attention); GPT-2 has none and ignores it."""
     intermediate: int = 512
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
-    """Pre-training task: its train split is the pre-training data; its test split stays unseen."""
+    task: ArithmeticConfig | ListFunctionsConfig = field(default_factory=ArithmeticConfig)
+    """Pre-training task (arithmetic, or list functions: a code task): its train split is the
+    pre-training data; its test split stays unseen."""
     skill_weights: tuple[float, ...] = ()
     """Relative frequency of each of `task.skills` in the pre-training data; empty: uniform."""
     noise: float = 0.0
@@ -144,3 +145,21 @@ TINY_PRESETS["qwen2-bpe-mul-cold"] = dataclasses.replace(
 # Barely trained stand-ins of the pair, for `graft demo --quick` (checks the pipeline, not GRAFT).
 for _name in ("llama-char-mul", "qwen2-bpe-mul", "llama-char-mul-cold", "qwen2-bpe-mul-cold"):
     TINY_PRESETS[f"{_name}-quick"] = dataclasses.replace(TINY_PRESETS[_name], pretrain_steps=60)
+# Code (`task.name: list_functions`, configs/grpo_code.yaml and configs/graft_code.yaml): one-line
+# Python functions over a list of digits, written from a short description. Noisy labels (a
+# constant off by one, the other parity or reducer: `ListFunctionsTask.wrong_solution`) keep
+# sampling at temperature 1 near 60% right on held-out problems while greedy decoding is nearly
+# always right, as in the addition presets. The pair is cold on each other's reducer: pre-trained
+# 99.5/0.5 on `list` / `sum`.
+_CODE = dict(noise=0.3, pretrain_steps=400, batch_size=32, lr=1e-3)
+TINY_PRESETS["llama-char-code"] = TinySpec(
+    arch="llama", tokenizer="char", task=ListFunctionsConfig(), seed=21, **_CODE
+)
+TINY_PRESETS["llama-char-code-list"] = TinySpec(
+    arch="llama", tokenizer="char", task=ListFunctionsConfig(), skill_weights=(0.995, 0.005),
+    seed=21, **_CODE,
+)  # fmt: skip
+TINY_PRESETS["qwen2-bpe-code-sum"] = TinySpec(
+    arch="qwen2", tokenizer="bpe", task=ListFunctionsConfig(), skill_weights=(0.005, 0.995),
+    seed=22, **_CODE,
+)  # fmt: skip

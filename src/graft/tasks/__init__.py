@@ -45,10 +45,17 @@ def _code(cfg: TaskConfig) -> Task:
     return CodeTask(cfg.code)
 
 
+def _list_functions(cfg: TaskConfig) -> Task:
+    from graft.tasks.list_functions import ListFunctionsTask
+
+    return ListFunctionsTask(cfg.list_functions)
+
+
 TASKS: dict[str, Callable[[TaskConfig], Task]] = {
     "arithmetic": _arithmetic,
     "math": _math,
     "code": _code,
+    "list_functions": _list_functions,
 }
 
 

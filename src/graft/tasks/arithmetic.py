@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 from graft.config import ArithmeticConfig, ConfigError
+from graft.tasks.splits import SplitTask
 from graft.types import Problem
 
 OPS = {"add": "+", "mul": "*", "chain": "+"}
@@ -137,7 +138,7 @@ def _sample_operands(skill: Skill, rng: random.Random, count: int) -> list[tuple
     return out
 
 
-class ArithmeticTask:
+class ArithmeticTask(SplitTask):
     """Synthetic arithmetic with exact integer answers; see the module docstring."""
 
     name = "arithmetic"
@@ -181,16 +182,25 @@ class ArithmeticTask:
         self._solutions[problem.id] = solution(skill, operands, scratchpad=self.cfg.scratchpad)
         return problem
 
-    def train_problems(self) -> tuple[Problem, ...]:
-        return self._train
-
-    def test_problems(self) -> tuple[Problem, ...]:
-        return self._test
-
-    def val_problems(self) -> tuple[Problem, ...]:
-        """Validation problems, disjoint from train and test (drawn after both)."""
-        return self._val
-
     def solution(self, problem: Problem) -> str:
         """Reference response text for one of this task's problems (for supervised pre-training)."""
         return self._solutions[problem.id]
+
+    def wrong_solution(self, problem: Problem, rng: random.Random) -> str:
+        """The reference response with a plausible wrong result (pre-training noise): any
+        scratchpad working is kept, only the final result is corrupted."""
+        response = self._solutions[problem.id]
+        return response[: len(response) - len(problem.gold)] + wrong_answer(problem.gold, rng)
+
+
+def wrong_answer(gold: str, rng: random.Random) -> str:
+    """A plausible wrong result: off by 1..9, or one digit changed (never a leading zero)."""
+    value = int(gold)
+    if rng.random() < 0.5:
+        candidates = [value + d for d in range(-9, 10) if d != 0 and value + d >= 0]
+        return str(rng.choice(candidates))
+    digits = list(gold)
+    pos = rng.randrange(len(digits))
+    low = 1 if pos == 0 and len(digits) > 1 else 0
+    digits[pos] = rng.choice([c for c in "0123456789"[low:] if c != digits[pos]])
+    return "".join(digits)

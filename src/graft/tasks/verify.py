@@ -303,14 +303,45 @@ VERDICT_REASONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def verdict_counts(verdicts: Iterable[Verdict]) -> dict[str, float]:
+CODE_VERIFIERS = ("code", "code_unsafe_local")
+CODE_VERDICT_REASONS: dict[str, tuple[str, ...]] = {
+    "wrong": ("wrong", "runtime_error", "memory", "output_limit"),
+    "no_answer": ("no_code_block",),
+    "error": ("unusable_tests", "no_sandbox", "other"),
+}
+"""The reasons of the code verifiers' verdicts (`graft.tasks.code`); a program past its wall
+clock is the category `timeout`."""
+
+
+def code_verdict_reason(verdict: Verdict) -> str:
+    """Why a code verdict is not `correct`, as one of `CODE_VERDICT_REASONS[category]`."""
+    detail = verdict.detail
+    if verdict.category == "wrong":
+        reason = detail.split(":", 1)[0]
+        return reason if reason in CODE_VERDICT_REASONS["wrong"] else "wrong"
+    if verdict.category == "no_answer":
+        return "no_code_block"
+    if verdict.category == "error":
+        for reason in ("unusable_tests", "no_sandbox"):
+            if detail.startswith(reason.replace("_", " ") + ":"):
+                return reason
+        return "other"
+    return ""
+
+
+def verdict_counts(verdicts: Iterable[Verdict], verifier: str = "") -> dict[str, float]:
     """`verdict/<category>` counts, and `verdict/<category>/<reason>` for the reasons in
-    `VERDICT_REASONS` (every key present, zeros included, so that curves line up)."""
+    `VERDICT_REASONS`, or `CODE_VERDICT_REASONS` for a code verifier (every key present, zeros
+    included, so that curves line up)."""
     verdicts = list(verdicts)
+    code = verifier in CODE_VERIFIERS
+    table, why = (
+        (CODE_VERDICT_REASONS, code_verdict_reason) if code else (VERDICT_REASONS, verdict_reason)
+    )
     categories = Counter(v.category for v in verdicts)
-    reasons = Counter((v.category, verdict_reason(v)) for v in verdicts)
+    reasons = Counter((v.category, why(v)) for v in verdicts)
     out = {f"verdict/{c}": float(categories.get(c, 0)) for c in VERDICT_CATEGORIES}
-    for category, names in VERDICT_REASONS.items():
+    for category, names in table.items():
         for reason in names:
             out[f"verdict/{category}/{reason}"] = float(reasons.get((category, reason), 0))
     return out
