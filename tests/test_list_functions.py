@@ -191,3 +191,24 @@ def test_the_shipped_code_configs_load_and_match_their_presets_problem_set(name)
     for model in cfg.models:
         spec = TINY_PRESETS[model.path.removeprefix("tiny:")]
         assert spec.task == cfg.task.list_functions, model.path
+
+
+@needs_sandbox
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_graft_on_the_code_pair_replaces_failed_groups_with_the_peers(tmp_path):
+    """configs/graft_code.yaml for 3 steps: each model fails whole groups on the other's reducer
+    and receives the peer's programs there, with the paper's weight."""
+    from pathlib import Path
+
+    from graft.cli import main
+    from graft.rundir import read_metrics
+
+    config = Path(__file__).parent.parent / "configs" / "graft_code.yaml"
+    sets = ["run.steps=3", "eval.every=0", f"run.out_dir={tmp_path / 'run'}"]
+    assert main(["train", str(config), *[a for s in sets for a in ("--set", s)]]) == 0
+    records = read_metrics(tmp_path / "run")
+    for direction in ("qwen->llama", "llama->qwen"):
+        grafted = sum(r[f"x/{direction}/prompts_grafted"] for r in records)
+        admitted = sum(r[f"x/{direction}/admitted"] for r in records)
+        assert grafted >= 1 and admitted >= 1, direction

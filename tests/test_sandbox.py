@@ -96,6 +96,37 @@ def test_a_daemonized_grandchild_dies_with_the_run(tmp_path):
     assert outcome.usage["leftover_processes"] == 0 and not canary.exists()
 
 
+def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_run():
+    """A verifier worker killed (for its time limit) while its program runs leaves its memory
+    and pids groups behind; the next sandboxed run removes them, and no other."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from graft.sandbox.run import CGROUP_PREFIX, _cgroup_dir
+
+    program = repr("import time\ndef add(a, b):\n    time.sleep(30)")
+    script = (
+        "from graft.sandbox import Limits, call_in_sandbox\n"
+        f"call_in_sandbox({program}, 'add', [[1, 2]], limits=Limits(wall_s=60.0))"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script])
+    parents = [_cgroup_dir("memory"), _cgroup_dir("pids")]
+    mine = f"{CGROUP_PREFIX}{worker.pid}-"
+    deadline = time.monotonic() + 30
+    while not all(any(p.glob(mine + "*")) for p in parents):
+        assert time.monotonic() < deadline and worker.poll() is None
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    time.sleep(0.5)  # its program dies with it (PDEATHSIG), emptying the groups
+    assert all(any(p.glob(mine + "*")) for p in parents)  # left behind
+    outcome, returns = call_in_sandbox("def add(a, b):\n    return a + b", "add", CALLS)
+    assert judge_calls(outcome, returns, EXPECTED)[0]
+    assert not any(any(p.glob(mine + "*")) for p in parents)
+
+
 SQRT = "import math\ndef {}(x):\n    return math.sqrt(x)"
 BENIGN = [
     ("def add(a, b):\n    return a + b", "add", [[2, 3], [10, -4]], [5, 6], {}),

@@ -155,13 +155,43 @@ class _NoCgroups:
         pass
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def remove_stale_cgroups(parent: Path) -> int:
+    """Remove the empty sandbox groups under `parent` whose creator is dead (a verifier worker
+    killed between making a group and removing it); returns how many."""
+    removed = 0
+    for d in parent.glob(f"{CGROUP_PREFIX}*-*"):
+        creator = d.name.removeprefix(CGROUP_PREFIX).split("-", 1)[0]
+        if creator.isdigit() and not _alive(int(creator)):
+            with contextlib.suppress(OSError):  # not empty, or gone already
+                d.rmdir()
+                removed += 1
+    return removed
+
+
+CGROUP_PREFIX = "graft-sandbox-"
+
+
 class _Cgroups:
-    """A memory and a pids cgroup for one run; removed afterwards."""
+    """A memory and a pids cgroup for one run, named after this process; removed afterwards,
+    and by the next run when this process dies first (`remove_stale_cgroups`)."""
 
     def __init__(self, limits: Limits) -> None:
-        name = f"graft-sandbox-{uuid.uuid4().hex[:12]}"
-        self.memory = _cgroup_dir("memory") / name  # type: ignore[operator]
-        self.pids = _cgroup_dir("pids") / name  # type: ignore[operator]
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        parents = (_cgroup_dir("memory"), _cgroup_dir("pids"))
+        for parent in parents:
+            remove_stale_cgroups(parent)  # type: ignore[arg-type]
+        self.memory = parents[0] / name  # type: ignore[operator]
+        self.pids = parents[1] / name  # type: ignore[operator]
         self.memory.mkdir()
         self.pids.mkdir()
         (self.memory / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
