@@ -121,6 +121,12 @@ HOSTILE_TO_ASSERTS = [
     "def add(a, b):\n    return 0",
     "import sys\nsys.exit(0)",
     "import os\ndef add(a, b):\n    os._exit(0)",
+    # rewrites every result line it could reach into a pass (it reaches none: its process only
+    # ever writes replies)
+    "import json\n_dumps = json.dumps\n"
+    "def _forged(o, *a, **k):\n"
+    "    return _dumps({**o, 'passed': True} if isinstance(o, dict) and 'i' in o else o, *a, **k)\n"
+    "json.dumps = _forged\ndef add(a, b):\n    return 0",
 ]
 
 
