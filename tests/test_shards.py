@@ -135,6 +135,7 @@ RUN = [
     "eval.every=0",
     "rollout.prompts_per_step=8",
     "rollout.group_size=4",
+    "algo.micro_batch_size=4",  # several micro-batches per minibatch: every rank trains
 ]
 
 
@@ -164,6 +165,7 @@ def test_a_sharded_policy_trains_and_checkpoints_as_one_rank(tmp_path):
     assert _relative(two, one) <= 1e-6
     rewards = [[r.get("reward/mean") for r in read_metrics(tmp_path / d)] for d in ("one", "two")]
     assert rewards[0] == rewards[1]
+    assert [r["shard/idle_rank_frac"] for r in read_metrics(tmp_path / "two")] == [0.0] * 3
     checkpoint = tmp_path / "two" / "checkpoints" / "step_000003"
     verify_checkpoint(checkpoint)
     files = sorted(p.name for p in (checkpoint / "llama" / "optimizer").iterdir())
@@ -286,6 +288,8 @@ def test_a_graft_pair_with_one_sharded_policy_trains_as_the_unsharded_pair(tmp_p
         for d in ("one", "two")
     ]
     assert admitted[0] == admitted[1] and sum(admitted[0]) > 0
+    idle = [r["m/llama/shard/idle_rank_frac"] for r in read_metrics(tmp_path / "two")]
+    assert idle == [0.0] * 3  # both of llama's ranks trained at every step
 
 
 @pytest.mark.slow

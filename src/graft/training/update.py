@@ -279,7 +279,10 @@ def minibatch_backward(
         keep.sort(key=lambda i: _length_key(sequences[i]))
     chunks = [keep[i : i + s.micro_batch_size] for i in range(0, len(keep), s.micro_batch_size)]
     micro_totals: dict[str, float] = {}
-    for idx in my_chunks(chunks, shard):
+    mine = my_chunks(chunks, shard)
+    if shard.sharded:  # this rank ran no real sequence of the minibatch (summed over ranks)
+        micro_totals["idle_ranks"] = float(all(idx is None for idx in mine))
+    for idx in mine:
         if idx is None:  # another rank has one more micro-batch: a zero-weight pass
             idx, weight = keep[:1], 0.0
         else:
@@ -339,7 +342,7 @@ def train_on_batch(
     params = [p for p in model.parameters() if p.requires_grad]
     sums: dict[str, float] = {}
     grad_norms: list[float] = []
-    nonfinite = 0
+    nonfinite = passes = 0
     spent = {"train_tokens": 0.0, "ref_tokens": 0.0}  # run, whether or not the step is taken
     lr = optimizer.param_groups[0]["lr"]
     for _ in range(s.epochs):
@@ -359,8 +362,9 @@ def train_on_batch(
                 shard=shard,
             )
             t1 = time.perf_counter()
-            for key in spent:
-                spent[key] += stats.pop(key, 0.0)
+            passes += 1
+            for key in (*spent, "idle_ranks"):
+                spent[key] = spent.get(key, 0.0) + stats.pop(key, 0.0)
             precision.unscale(optimizer)
             max_norm = s.grad_clip if s.grad_clip > 0 else float("inf")
             norm = total_norm(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -404,6 +408,8 @@ def train_on_batch(
         "cost/train_tokens": spent["train_tokens"],
         "cost/ref_tokens": spent["ref_tokens"],
     }
+    if shard.sharded:  # ranks that had no sequence to train on, per minibatch pass
+        out["shard/idle_rank_frac"] = spent["idle_ranks"] / max(passes * shard.world, 1)
     if nonfinite or s.nonfinite == "skip":  # NaN/inf loss or gradient norm: steps not taken
         out["optim/nonfinite_steps"] = float(nonfinite)
     if precision.scaler is not None:  # float16 compute: steps the loss scaler skipped (overflow)
