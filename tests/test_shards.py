@@ -147,20 +147,28 @@ def _relative(a, b) -> float:
     return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
 
 
+@pytest.fixture(scope="module")
+def one_and_two(tmp_path_factory):
+    """grpo_tiny for 3 steps unsharded ("one") and over 2 ranks ("two"), a checkpoint a step."""
+    from graft.cli import main
+
+    root = tmp_path_factory.mktemp("shards")
+    for name, shards in (("one", 1), ("two", 2)):
+        assert main(_train_args(root / name, f"models.0.shards={shards}")) == 0
+    return root
+
+
 @pytest.mark.timeout(600)
-def test_a_sharded_policy_trains_and_checkpoints_as_one_rank(tmp_path):
+def test_a_sharded_policy_trains_and_checkpoints_as_one_rank(one_and_two):
     """`models.0.shards: 2` through `graft train` (worker-process backend, gloo): the same
     rewards and, after 3 GRPO steps, the weights of `shards: 1` to 1e-6; a checkpoint with the
     consolidated model, which transformers loads as it is (at any K, or none), and one AdamW
     file per rank. (Resume, bit for bit, is in the slow kill tests below.)"""
     from transformers import AutoModelForCausalLM
 
-    from graft.cli import main
     from graft.rundir import read_metrics, verify_checkpoint
 
-    for name, shards in (("one", 1), ("two", 2)):
-        assert main(_train_args(tmp_path / name, f"models.0.shards={shards}")) == 0
-
+    tmp_path = one_and_two
     one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     assert _relative(two, one) <= 1e-6
     rewards = [[r.get("reward/mean") for r in read_metrics(tmp_path / d)] for d in ("one", "two")]
@@ -174,6 +182,45 @@ def test_a_sharded_policy_trains_and_checkpoints_as_one_rank(tmp_path):
     assert state == {"num_updates": 6, "shards": 2}
     loaded = AutoModelForCausalLM.from_pretrained(checkpoint / "llama").state_dict()
     assert all(torch.equal(loaded[k], two[k]) for k in two)
+
+
+@pytest.mark.timeout(600)
+def test_a_run_resumes_at_another_shard_count(one_and_two, tmp_path):
+    """A checkpoint written at K = 2 resumes unsharded and one written unsharded resumes at
+    K = 2: step 3 then lands on the uninterrupted runs' weights to 1e-6 (float addition order:
+    the K = 1 and K = 2 runs differ by as much). The AdamW state itself moves exactly: read
+    unsharded from the K = 2 files, it equals what those files hold, bit for bit."""
+    import shutil
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from transformers import AutoModelForCausalLM
+
+    from graft.cli import main
+    from graft.training.optim_state import by_name, load_sharded_into_unsharded
+
+    runs = one_and_two
+    want = {"one": _weights(runs / "one"), "two": _weights(runs / "two")}
+    for source, target in (("two", 1), ("one", 2)):
+        out = tmp_path / f"{source}_to_{target}"
+        shutil.copytree(runs / source, out)
+        shutil.rmtree(out / "checkpoints" / "step_000003")  # resume from step 2
+        resume = ["train", "--resume", str(out), "--set", f"models.0.shards={target}"]
+        assert main(resume) == 0
+        got = _weights(out)
+        assert _relative(got, want[source]) <= 1e-6, source
+        assert _relative(got, want["one" if source == "two" else "two"]) <= 1e-6, source
+
+    step2 = runs / "two" / "checkpoints" / "step_000002" / "llama"
+    model = AutoModelForCausalLM.from_pretrained(step2)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    load_sharded_into_unsharded(step2, model, optimizer)
+    got = by_name(model, optimizer.state_dict())["state"]
+    dcp_to_torch_save(step2 / "optimizer", tmp_path / "full.pt")
+    saved = torch.load(tmp_path / "full.pt", weights_only=True)["optimizer"]["state"]
+    assert got.keys() == saved.keys() and len(got) > 10
+    for key, moments in saved.items():
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(got[key][name], moments[name]), (key, name)
 
 
 def test_what_a_sharded_policy_does_not_support_yet_is_refused_in_one_line():

@@ -28,6 +28,11 @@ from graft.models.modeling import score_sequences
 from graft.rollout import SamplingParams, sample
 from graft.training.build import PolicySpec, build_parts, set_warmup_lr
 from graft.training.cost import Meter, parameter_count
+from graft.training.optim_state import (
+    OPTIMIZER_FILE,
+    load_sharded_into_unsharded,
+    saved_shards,
+)
 from graft.training.update import train_on_batch
 from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
 
@@ -289,7 +294,7 @@ class Policy:
         else:
             self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_FILE)
         state = {"num_updates": self.num_updates, "precision": self.precision.state_dict()}
         (directory / "policy_state.json").write_text(json.dumps(state))
 
@@ -299,8 +304,11 @@ class Policy:
             load_adapter(self.adapter, directory)
         else:
             self._load_weights(directory)
-        optim_state = torch.load(directory / "optimizer.pt", weights_only=True)
-        self.optimizer.load_state_dict(optim_state)
+        if saved_shards(directory) > 1:  # a sharded run's AdamW state, gathered
+            load_sharded_into_unsharded(directory, self.model, self.optimizer)
+        else:
+            optim_state = torch.load(directory / OPTIMIZER_FILE, weights_only=True)
+            self.optimizer.load_state_dict(optim_state)
         state = json.loads((directory / "policy_state.json").read_text())
         self.num_updates = state["num_updates"]
         self.precision.load_state_dict(state.get("precision", {}))

@@ -12,7 +12,8 @@ it.
 
 Checkpoints keep the run directory's layout: the full model and tokenizer as transformers saves
 them (rank 0 writes them), `policy_state.json`, and the sharded AdamW state under `optimizer/`
-(torch.distributed.checkpoint, one file per rank). A resume needs the same K.
+(torch.distributed.checkpoint, one file per rank). A run resumes at any K, or unsharded: the AdamW
+state is resharded on load (graft.training.optim_state).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from graft.errors import PolicyWorkerError
 from graft.models.precision import DTYPES, Precision
 from graft.procutil import die_with_parent
 from graft.training.build import PolicySpec, build_parts, resolve_device, set_warmup_lr
+from graft.training.optim_state import OPTIMIZER_DIR, load_into_sharded, saved_shards
 from graft.training.policy import Policy
 from graft.training.shards import (
     ShardRank,
@@ -46,8 +48,6 @@ from graft.training.shards import (
 )
 from graft.training.update import train_on_batch
 from graft.types import TrainGroup
-
-OPTIMIZER_DIR = "optimizer"
 
 
 def free_port() -> int:
@@ -101,20 +101,16 @@ class ShardWorker:
         dcp.save({"optimizer": state}, checkpoint_id=str(directory / OPTIMIZER_DIR))
 
     def load(self, directory: Path, full: dict[str, torch.Tensor]) -> None:
-        """The weights from rank 0's full state dict (broadcast), the AdamW shards from disk."""
-        import torch.distributed.checkpoint as dcp
+        """The weights from rank 0's full state dict (broadcast), this rank's part of the AdamW
+        state from a checkpoint written at any K (`graft.training.optim_state`)."""
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
-            get_optimizer_state_dict,
             set_model_state_dict,
-            set_optimizer_state_dict,
         )
 
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
         set_model_state_dict(self.model, full, options=options)
-        state = {"optimizer": get_optimizer_state_dict(self.model, self.optimizer)}
-        dcp.load(state, checkpoint_id=str(directory / OPTIMIZER_DIR))
-        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+        load_into_sharded(directory, self.model, self.optimizer, rank=self.shard.rank)
 
 
 def serve_rank(worker: ShardWorker, call: tuple) -> bool:
@@ -294,12 +290,7 @@ class ShardedPolicy(Policy):
     def load(self, directory: str | Path) -> None:
         directory = Path(directory)
         state = json.loads((directory / "policy_state.json").read_text())
-        saved = state.get("shards", 1)
-        if saved != self.worker.shard.world:
-            raise ValueError(
-                f"checkpoint {directory} holds {saved} AdamW shard(s); this policy has "
-                f"{self.worker.shard.world} ranks (resume with the same models.N.shards)"
-            )
+        saved_shards(directory)  # a missing optimizer state ends here, before any rank loads
         self._send("load", str(directory), state["num_updates"])
         self._load_weights(directory)
         full = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
