@@ -1,9 +1,8 @@
 """graft's GPU check: one command, no network, at most 8 minutes, one line per check.
 
-Made for a machine with torch (CUDA), transformers, pyarrow and pytest preinstalled and nothing
-else: graft runs from source (this script puts `src/` on the path), and a small missing wheel
-(math-verify and its two dependencies, only needed by the math task) is installed from a folder
-named with `--wheels` into the output folder, never from a registry.
+For a machine with torch (CUDA), transformers, pyarrow and pytest and nothing else: graft runs
+from source (`src/` on the path); math-verify and its two dependencies (math task only) come
+from a folder of wheels (`--wheels`) into the output folder, never from a registry.
 
     python scripts/gpu_check.py                      # on the GPU (cuda)
     python scripts/gpu_check.py --device cpu --quick # the same checks on the CPU (the test suite)
@@ -27,6 +26,8 @@ Checks, each printing `gpu_check: NAME: PASS|FAIL|SKIP [device] numbers (seconds
   graft_run          `graft train configs/graft_tiny.yaml`, 3 steps, both policies on the device
   update_speed       update (forward, backward, AdamW) of a ~110M-parameter Llama built from a
                      config, bf16 compute: tokens/s and model-FLOPs utilization (MFU)
+  sharded_update     grpo_tiny, 3 steps, `shards: 2` (NCCL, a GPU per rank; gloo on the CPU) vs
+                     one device: weights within 1e-5, both ranks trained; "skipped: one device"
   vllm               the vLLM tests of tests/test_vllm.py, when `import vllm` works
 
 It writes OUT/gpu_check.json and OUT/gpu_check.md (commit the latter as docs/gpu_check.md) and
@@ -339,6 +340,37 @@ def check_update_speed(ctx: Context) -> dict:
     return nums
 
 
+def check_sharded_update(ctx: Context) -> dict:
+    """grpo_tiny, 3 steps, over 2 ranks against one device: the weights agree, both ranks train."""
+    from safetensors.torch import load_file
+
+    from graft.cli import main
+    from graft.rundir import read_metrics
+
+    devices = torch.cuda.device_count() if ctx.device.startswith("cuda") else 2
+    if devices < 2:
+        raise Skipped("one device" if devices == 1 else f"{devices} devices")
+    sets = ["run.steps=3", "run.save_every=3", "eval.every=0", "run.progress=false",
+            "run.backend=processes", "algo.micro_batch_size=4", "models.0.dtype=float32",
+            f"models.0.path={ctx.paths[TINY[0]]}", f"models.0.device={ctx.device}"]  # fmt: skip
+    if ctx.quick:
+        sets += ["rollout.prompts_per_step=4", "rollout.group_size=4", "algo.minibatches=1"]
+    weights, seconds = {}, {}
+    for shards in (1, 2):
+        out = ctx.out / f"sharded_update_k{shards}"
+        argv = ["train", str(ROOT / "configs/grpo_tiny.yaml"), "--out", str(out), "--overwrite"]
+        start, run = time.monotonic(), [*sets, f"models.0.shards={shards}"]
+        expect(main(argv + [x for s in run for x in ("--set", s)]) == 0, "graft train failed")
+        seconds[shards] = time.monotonic() - start
+        weights[shards] = load_file(str(out / "checkpoints/step_000003/llama/model.safetensors"))
+        if shards == 2:
+            idle = [r["shard/idle_rank_frac"] for r in read_metrics(out) if "step" in r]
+            expect(idle == [0.0] * 3, f"a rank had nothing to train on: {idle}")
+    gap = max(((weights[2][k] - w).norm() / w.norm()).item() for k, w in weights[1].items())
+    expect(gap <= 1e-5, f"K=2 weights differ from K=1's by {gap:.2e} (relative)")
+    return {"weights_rel_gap": gap, "run_s_k1": seconds[1], "run_s_k2": seconds[2]}
+
+
 def _device_name(ctx: Context) -> str:
     return torch.cuda.get_device_name(0) if ctx.device == "cuda" else "cpu"
 
@@ -375,6 +407,7 @@ CHECKS: list[tuple[str, Callable[[Context], dict]]] = [
     ("grpo_run", check_grpo_run),
     ("graft_run", check_graft_run),
     ("update_speed", check_update_speed),
+    ("sharded_update", check_sharded_update),
     ("vllm", check_vllm),
 ]
 

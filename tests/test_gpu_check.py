@@ -20,6 +20,7 @@ CHECKS = [
     "grpo_run",
     "graft_run",
     "update_speed",
+    "sharded_update",
     "vllm",
 ]
 
@@ -51,6 +52,7 @@ def test_gpu_check_runs_every_check_on_the_cpu_and_writes_its_summary(tmp_path):
     assert rows["bf16_weights_move"]["numbers"]["moved_pure_bf16"] < 0.5
     assert rows["update_speed"]["numbers"]["tokens_per_s"] > 0
     assert rows["graft_run"]["numbers"]["selected"] >= 0
+    assert rows["sharded_update"]["numbers"]["weights_rel_gap"] <= 1e-5
     summary = (tmp_path / "gpu_check.md").read_text()
     assert summary.startswith("# GPU check") and "| update_speed | PASS | cpu |" in summary
     assert lines[-1].startswith("gpu_check: 0 failed")
@@ -75,3 +77,7 @@ def test_a_failed_check_is_one_line_and_counts_in_the_exit_status(tmp_path):
     assert done.returncode == 1
     assert "gpu_check: environment: FAIL [cuda] CheckFailed: no CUDA device visible" in done.stdout
     assert (tmp_path / "environment.traceback.txt").is_file()
+    done = subprocess.run(
+        [*cmd, "--only", "sharded_update"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert "gpu_check: sharded_update: SKIP [cuda] skipped: 0 devices" in done.stdout
