@@ -412,3 +412,45 @@ def test_ranks_the_ray_cluster_cannot_place_end_the_start_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "run.ray_strategy: the Ray cluster could not place llama (2 actors, STRICT_PACK" in err
     assert "'GPU': 1" in err
+
+
+def _build_rank(rank: int, world: int, init: str, out: str) -> None:
+    """Rank `rank`: build the model sharded from its config, fill it from rank 0's weights."""
+    from graft.training.shards import build_sharded, load_full_weights, share_from_rank0
+
+    torch.set_num_threads(1)
+    shard = init_shard_group(rank, world, init_method=init, timeout_s=120)
+    try:
+        full = _model() if rank == 0 else None
+        config = share_from_rank0(full.config if full is not None else None)
+        model = build_sharded(config, shard, device="cpu", compute_dtype=None)
+        tied = model.lm_head.weight is model.model.embed_tokens.weight
+        local = sum(p.to_local().numel() for p in model.parameters())
+        load_full_weights(model, full.state_dict() if full is not None else {})
+        state = full_state_dict(model)
+        buffers = {n: b.clone() for n, b in model.named_buffers()}
+        if rank == 0:
+            want_buffers = dict(full.named_buffers())
+            same = all(torch.equal(state[k], v) for k, v in full.state_dict().items())
+            same_buffers = all(torch.equal(buffers[k], want_buffers[k]) for k in want_buffers)
+            total = sum(p.numel() for p in full.parameters())
+            out_info = {"tied": tied, "same": same, "buffers": same_buffers,
+                        "local": local, "total": total}  # fmt: skip
+            with open(out, "w") as f:
+                json.dump(out_info, f)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_builds_only_its_shards_from_the_config(tmp_path):
+    """build_sharded on 2 ranks: each holds half the parameters (never the whole model: they
+    are made on the meta device), the tied head stays tied, the rotary buffers are the real
+    ones, and rank 0's weights arrive whole."""
+    out = tmp_path / "info.json"
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(_build_rank, args=(2, init, str(out)), nprocs=2, join=True)
+    info = json.loads(out.read_text())
+    assert info["tied"] and info["same"] and info["buffers"]
+    assert info["local"] * 2 == pytest.approx(info["total"], rel=0.01)

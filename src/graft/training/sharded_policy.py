@@ -3,7 +3,9 @@
 The policy's worker (a process, or a Ray actor) is rank 0. Ranks 1..K-1 are its own child processes
 (`ProcessRank`), or Ray actors that the Ray backend placed and hands it (any object with the
 `RankLink` methods); all K join one process group (graft.training.shards). Every rank holds the
-FSDP2-sharded model and its 1/K of the AdamW state. Rank 0 also keeps the full model, which
+FSDP2-sharded model and its 1/K of the AdamW state, built from the model's config on the meta
+device (never the whole model) and filled from rank 0's weights one tensor at a time. Rank 0 also
+keeps the full model, which
 samples, scores and imports peer responses exactly as an unsharded policy does, and which is
 refreshed from the sharded weights after every update. A call that needs every rank (train, save,
 load, close) is sent by rank 0 to each other rank (`serve_rank` carries it out there); the work
@@ -19,7 +21,6 @@ state is resharded on load (graft.training.optim_state).
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import multiprocessing
@@ -37,14 +38,16 @@ import torch.distributed as dist
 from graft.errors import PolicyWorkerError
 from graft.models.precision import DTYPES, Precision
 from graft.procutil import die_with_parent
-from graft.training.build import PolicySpec, build_parts, resolve_device, set_warmup_lr
+from graft.training.build import PolicySpec, resolve_device, set_warmup_lr
 from graft.training.optim_state import OPTIMIZER_DIR, load_into_sharded, saved_shards
 from graft.training.policy import Policy
 from graft.training.shards import (
     ShardRank,
+    build_sharded,
     full_state_dict,
     init_shard_group,
-    shard_model,
+    load_full_weights,
+    share_from_rank0,
 )
 from graft.training.update import train_on_batch
 from graft.types import TrainGroup
@@ -58,12 +61,22 @@ def free_port() -> int:
 
 
 class ShardWorker:
-    """What every rank of a sharded policy holds: its shard of the model and of AdamW."""
+    """What every rank of a sharded policy holds: its shard of the model and of AdamW, built
+    from the model's config alone (never the whole model) and filled from rank 0's weights
+    (`full`: rank 0's full state dict, `{}` on the other ranks)."""
 
-    def __init__(self, spec: PolicySpec, model: torch.nn.Module, shard: ShardRank) -> None:
+    def __init__(
+        self,
+        spec: PolicySpec,
+        shard: ShardRank,
+        config: Any,
+        full: dict[str, torch.Tensor],
+        device: str | torch.device,
+    ) -> None:
         self.spec, self.shard = spec, shard
         m = spec.model
-        self.model = shard_model(copy.deepcopy(model), compute_dtype=DTYPES[m.dtype])
+        self.model = build_sharded(config, shard, device=device, compute_dtype=DTYPES[m.dtype])
+        load_full_weights(self.model, full)
         o = m.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -74,7 +87,7 @@ class ShardWorker:
         )
         self.precision = Precision()  # FSDP's mixed-precision policy casts; no autocast on top
         self.num_updates = 0
-        self.pad_id = int(model.config.pad_token_id)
+        self.pad_id = int(config.pad_token_id)
 
     def _set_lr(self) -> float:
         self.num_updates += 1
@@ -103,13 +116,7 @@ class ShardWorker:
     def load(self, directory: Path, full: dict[str, torch.Tensor]) -> None:
         """The weights from rank 0's full state dict (broadcast), this rank's part of the AdamW
         state from a checkpoint written at any K (`graft.training.optim_state`)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-        set_model_state_dict(self.model, full, options=options)
+        load_full_weights(self.model, full)
         load_into_sharded(directory, self.model, self.optimizer, rank=self.shard.rank)
 
 
@@ -142,12 +149,15 @@ def rank_spec(spec: PolicySpec, rank: int, *, own_device: bool = False) -> Polic
 def join_rank(
     rank: int, world: int, spec: PolicySpec, init_method: str, *, own_device: bool = False
 ) -> ShardWorker:
-    """Rank `rank` of 1..K-1: build the policy's model, join its process group, shard it."""
+    """Rank `rank` of 1..K-1: join the policy's process group, build its shards of the model
+    from the config rank 0 sends, and take their weights from rank 0."""
     spec = rank_spec(spec, rank, own_device=own_device)
-    parts = build_parts(spec)
-    shard = init_shard_group(rank, world, init_method=init_method, device=parts.device)
+    if spec.threads > 0:
+        torch.set_num_threads(spec.threads)
+    device = resolve_device(spec.model.device)
+    shard = init_shard_group(rank, world, init_method=init_method, device=device)
     try:
-        return ShardWorker(spec, parts.model, shard)
+        return ShardWorker(spec, shard, share_from_rank0(None), {}, device)
     except BaseException:
         dist.destroy_process_group()
         raise
@@ -240,7 +250,8 @@ class ShardedPolicy(Policy):
             links = [ProcessRank(rank, world, spec, init_method) for rank in range(1, world)]
         self._ranks = list(links)
         shard = init_shard_group(0, world, init_method=init_method, device=self.device)
-        self.worker = ShardWorker(self.spec, self.model, shard)
+        config = share_from_rank0(self.model.config)
+        self.worker = ShardWorker(self.spec, shard, config, self.model.state_dict(), self.device)
 
     def _send(self, *call: Any) -> None:
         """A call every rank takes part in: sent to ranks 1..K-1, then run here."""

@@ -15,7 +15,9 @@ calls through them belong to the backends.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -90,6 +92,63 @@ def shard_model(model: torch.nn.Module, *, compute_dtype: torch.dtype | None = N
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
     return model
+
+
+@contextlib.contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Modules made inside put each parameter on the meta device as it is registered (so no more
+    than one parameter is ever allocated); buffers stay real (rotary frequencies, ...)."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and not param.is_meta:  # a tied parameter keeps its one object
+            made = module._parameters[name]
+            module._parameters[name] = torch.nn.Parameter(
+                made.to("meta"), requires_grad=made.requires_grad
+            )
+
+    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def build_sharded(
+    config, shard: ShardRank, *, device: str | torch.device, compute_dtype: torch.dtype | None
+) -> torch.nn.Module:
+    """The architecture of `config`, sharded, holding only this rank's shards of the float32
+    master weights: built on the meta device, sharded, then given storage for its shards alone
+    (their values still unset: `load_full_weights`). Peak memory is one parameter, never the
+    model."""
+    from transformers import AutoModelForCausalLM
+
+    with _parameters_on_meta():
+        model = AutoModelForCausalLM.from_config(config).to(torch.float32)
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    shard_model(model, compute_dtype=compute_dtype)
+    model.to_empty(device=device)  # this rank's shards of the parameters; buffers too
+    with torch.no_grad():
+        for name, b in model.named_buffers():  # to_empty left them unset: put them back
+            b.copy_(buffers[name].to(device))
+    return model.eval()
+
+
+def load_full_weights(model: torch.nn.Module, full: dict[str, torch.Tensor]) -> None:
+    """Rank 0's full state dict (`{}` on the other ranks) into every rank's shards, one tensor
+    at a time."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, full, options=options)
+
+
+def share_from_rank0(value: object) -> object:
+    """Rank 0's `value` (a picklable object: a model config) on every rank of the group."""
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def my_chunks(chunks: list, shard: ShardRank) -> list:
