@@ -11,8 +11,9 @@ The design, fixed before the reported runs:
   after it was the number of steps (30 -> 60), set before any reported seed ran.
 - GRAFT: configs/graft_code.yaml as shipped (the list/sum pair, 40 steps), seed 1: the groups
   each model received and the share of the peer's programs admitted, and each model's held-out
-  pass@1 per reducer at steps 0 and 40. One seed: it shows the exchange working on code, not
-  that GRAFT beats GRPO there.
+  pass@1 per reducer at steps 0 and 40, beside the same pair trained with GRPO (exchange off,
+  seed 1; added after the GRAFT run, to read it against). One seed: it shows the exchange
+  working on code, not that GRAFT beats GRPO there.
 Runs are resumable (a finished run is reused). Prints markdown.
 
     .venv/bin/python benchmarks/code_grpo.py --out runs/bench_code
@@ -96,6 +97,12 @@ def grpo_table(root: Path) -> None:
 def graft_table(root: Path) -> None:
     cfg = configured("configs/graft_code.yaml", root / f"graft_seed{GRAFT_SEED}", GRAFT_SEED)
     records = run(cfg)
+    grpo = dataclasses.replace(
+        cfg,
+        run=dataclasses.replace(cfg.run, out_dir=str(root / f"pair_grpo_seed{GRAFT_SEED}")),
+        exchange=dataclasses.replace(cfg.exchange, enabled=False),
+    )
+    alone = run(grpo)
     names = [m.name for m in cfg.models]
     print(f"\nGRAFT on code, seed {GRAFT_SEED}, {cfg.run.steps} steps:\n")
     print("| receiver <- source | groups replaced | peer programs sent | admitted (correct) |")
@@ -114,12 +121,13 @@ def graft_table(root: Path) -> None:
                 f"{total['responses_sent']:.0f} | {total['admitted']:.0f} "
                 f"({total['admitted_correct']:.0f}) |"
             )
-    print("\n| model | reducer | pass@1 step 0 | pass@1 last step |")
-    print("|---|---|---|---|")
+    print("\n| model | reducer | pass@1 step 0 | GRAFT, last step | GRPO, last step |")
+    print("|---|---|---|---|---|")
     for m in names:
         for s in SKILLS:
             b, a = evals(records, f"m/{m}/eval/test/{s}/avg@4")
-            print(f"| {m} | {s} | {100 * b:.1f}% | {100 * a:.1f}% |")
+            _, g = evals(alone, f"m/{m}/eval/test/{s}/avg@4")
+            print(f"| {m} | {s} | {100 * b:.1f}% | {100 * a:.1f}% | {100 * g:.1f}% |")
 
 
 def main() -> None:

@@ -1,13 +1,14 @@
 """Memory and time of one policy's update at K = 1 and K = 2 ranks (FSDP2, gloo, CPU).
 
-A SmolLM2-135M-sized Llama built from its config (random weights, nothing downloaded), float32
-master weights, AdamW. For each K, every rank reports the bytes it holds of the parameters, the
-gradients and the AdamW state (its local shards, after an update), its peak resident memory, and
-the time of an update of the same batch (the second of two, after a warm-up). K = 1 is the
-unsharded update `models.N.shards: 1` runs. Rank 0's full sampling copy, which a sharded policy
-also keeps, is not part of the update and not counted here.
+A SmolLM2-135M- or 360M-sized Llama built from its config (random weights, nothing downloaded),
+float32 master weights, AdamW; at K = 2 each rank builds its shards from the config (as a sharded
+policy does) and rank 0 keeps its full model (the sampling copy), unless `--no-full-copy`. For each
+K, every rank reports the bytes it holds of the parameters, the gradients and the AdamW state (its
+local shards, after an update), its peak resident memory, and the time of an update of the same
+batch (the second of two, after a warm-up). K = 1 is the unsharded update `models.N.shards: 1`
+runs.
 
-    .venv/bin/python benchmarks/shard_memory.py
+    .venv/bin/python benchmarks/shard_memory.py --size 360m
 """
 
 from __future__ import annotations
@@ -25,29 +26,50 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from graft.config import AlgoConfig, OptimConfig, RolloutConfig
-from graft.training.shards import UNSHARDED, ShardRank, init_shard_group, shard_model
+from graft.training.shards import (
+    UNSHARDED,
+    ShardRank,
+    build_sharded,
+    init_shard_group,
+    load_full_weights,
+)
 from graft.training.update import UpdateSettings, minibatch_backward, train_on_batch
 from graft.types import TrainGroup, TrainSequence
 
+SIZES = {  # SmolLM2's shapes: (hidden, intermediate, layers, heads, kv heads)
+    "135m": (576, 1536, 30, 9, 3),
+    "360m": (960, 2560, 32, 15, 5),
+}
 
-def smollm2_135m_sized():
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
+def smollm2_config(size: str):
+    from transformers import LlamaConfig
+
+    hidden, intermediate, layers, heads, kv = SIZES[size]
+    return LlamaConfig(
         vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         pad_token_id=0,
         eos_token_id=1,
         bos_token_id=None,
     )
-    return LlamaForCausalLM(cfg).eval()
+
+
+def smollm2_sized(size: str):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(smollm2_config(size)).eval()
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def batch(prompts: int = 4, group: int = 4, length: int = 32) -> list[TrainGroup]:
@@ -78,11 +100,23 @@ def _local_bytes(tensors) -> int:
     return total
 
 
-def measure(shard: ShardRank, threads: int) -> dict:
+def build(shard: ShardRank, size: str, keep_full: bool) -> torch.nn.Module:
+    """As a policy builds: unsharded, the model; sharded, each rank its shards from the config,
+    filled from rank 0's full model, which rank 0 keeps (its sampling copy) with `keep_full`."""
+    if not shard.sharded:
+        return smollm2_sized(size)
+    full = smollm2_sized(size) if shard.rank == 0 else None
+    model = build_sharded(smollm2_config(size), shard, device="cpu", compute_dtype=None)
+    load_full_weights(model, full.state_dict() if full is not None else {})
+    if keep_full:
+        build.kept = full  # type: ignore[attr-defined]
+    return model
+
+
+def measure(shard: ShardRank, threads: int, size: str = "135m", keep_full: bool = True) -> dict:
     torch.set_num_threads(threads)
-    model = smollm2_135m_sized()
-    if shard.sharded:
-        shard_model(model)
+    model = build(shard, size, keep_full)
+    built_rss = _rss_mib()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)
     algo = AlgoConfig(micro_batch_size=4, minibatches=1)
@@ -105,14 +139,16 @@ def measure(shard: ShardRank, threads: int) -> dict:
         "grad_bytes_peak": grads,
         "adam_bytes": _local_bytes(state),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "built_rss_mib": built_rss,
         "update_s": times[-1],
     }
 
 
-def _rank(rank: int, world: int, init: str, out: str, threads: int) -> None:
+def _rank(rank: int, world: int, init: str, out: str, threads: int, size: str, keep: bool) -> None:
     shard = init_shard_group(rank, world, init_method=init, timeout_s=1800)
     try:
-        Path(out, f"rank{rank}.json").write_text(json.dumps(measure(shard, threads)))
+        result = measure(shard, threads, size, keep)
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 
@@ -120,23 +156,32 @@ def _rank(rank: int, world: int, init: str, out: str, threads: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="threads of the K=1 update")
+    parser.add_argument("--size", choices=sorted(SIZES), default="135m")
+    parser.add_argument(
+        "--no-full-copy", action="store_true", help="rank 0 drops its full model once sharded"
+    )
     args = parser.parse_args()
-    one = measure(UNSHARDED, args.threads)
+    one = measure(UNSHARDED, args.threads, args.size)
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{Path(tmp) / 'rendezvous'}"
         threads = max(1, args.threads // 2)
-        mp.spawn(_rank, args=(2, init, tmp, threads), nprocs=2, join=True)
+        spawn_args = (2, init, tmp, threads, args.size, not args.no_full_copy)
+        mp.spawn(_rank, args=spawn_args, nprocs=2, join=True)
         two = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
-    header = "| K | rank | params MB | grads MB | AdamW MB | of K=1's | peak RSS MB | update s |"
+    header = (
+        "| K | rank | params MB | grads MB | AdamW MB | of K=1's | RSS after build MB "
+        "| peak RSS MB | peak of K=1's | update s |"
+    )
     print(header)
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     base = one["param_bytes"] + one["grad_bytes_peak"] + one["adam_bytes"]
     for r in [one, *two]:
         held = r["param_bytes"] + r["grad_bytes_peak"] + r["adam_bytes"]
         print(
             f"| {r['world']} | {r['rank']} | {r['param_bytes'] / 2**20:.0f} | "
             f"{r['grad_bytes_peak'] / 2**20:.0f} | {r['adam_bytes'] / 2**20:.0f} | "
-            f"{held / base:.3f} | {r['peak_rss_bytes'] / 2**20:.0f} | {r['update_s']:.1f} |"
+            f"{held / base:.3f} | {r['built_rss_mib']:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
+            f"{r['peak_rss_bytes'] / one['peak_rss_bytes']:.2f} | {r['update_s']:.1f} |"
         )
     ratio = max(r["update_s"] for r in two) / one["update_s"]
     print(f"update time K=2 / K=1: {ratio:.2f}")

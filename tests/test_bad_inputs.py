@@ -203,6 +203,23 @@ CASES = [
     ],
     ("code-no-train", [*TRAIN_NEW, *sets("task.name=code")], "task.code.train"),
     (
+        "code-hub-unpinned",
+        [*TRAIN_NEW, *sets("task.name=code", "task.code.train=openai/openai_humaneval")],
+        "task.code.revision: 'openai/openai_humaneval' is read as a Hugging Face dataset",
+    ),
+    (
+        "code-hub-offline",
+        [
+            *TRAIN_NEW,
+            *sets(
+                "task.name=code",
+                "task.code.train=openai/openai_humaneval",
+                f"task.code.revision={'ab' * 20}",
+            ),
+        ],
+        "cannot load Hugging Face dataset 'openai/openai_humaneval' split 'train' at revision",
+    ),
+    (
         "data-not-utf8",
         [*TRAIN_NEW, *sets("task.name=math", f"task.math.train={F}/latin1.jsonl")],
         "line 2 of",

@@ -9,7 +9,7 @@ import pytest
 from graft.errors import DataError
 from graft.sandbox import isolation_problem
 from graft.tasks.code import verify_code
-from graft.tasks.code_data import check_references, load_code_problems
+from graft.tasks.code_data import check_references, load_code_problems, normalize
 
 needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
 
@@ -201,3 +201,25 @@ def test_unsafe_local_warns_and_runs_programs_without_isolation(tmp_path, capsys
     where = "import os\ndef f():\n    return os.getcwd()"
     _, (cwd,) = call_in_sandbox(where, "f", [[]], limits=Limits(unsafe_local=True))
     assert cwd.value != "/work" and "graft-sandbox-" in cwd.value  # the host's own tree
+
+
+def test_a_dataset_read_through_datasets_normalizes_like_a_file(tmp_path):
+    """The rows of a dataset that `datasets` loads (here a local folder in MBPP's layout, as a
+    hub copy reads once downloaded) become the same problems as the same rows in a file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from graft.config import CodeDataConfig
+    from graft.tasks.math_data import read_hub
+
+    rows = [{"text": "Add two numbers.", "code": "def add(a, b):\n    return a + b",
+             "test_list": ["assert add(2, 3) == 5", "assert add(0, 0) == 0"],
+             "test_setup_code": ""}]  # fmt: skip
+    folder = tmp_path / "mbpp_copy"
+    (folder / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "data" / "test-00000.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "same.parquet")
+    cfg = CodeDataConfig(train=str(folder), revision="ab" * 20)
+    via_datasets = [normalize(row) for _, row in read_hub(str(folder), "test", cfg, "k", ())]
+    via_file = load_code_problems(str(tmp_path / "same.parquet"), key="k")
+    assert tuple(via_datasets) == via_file and via_file[0].tests.function == "add"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graft.config.lib import ConfigError, expand_user
@@ -337,6 +338,13 @@ def _check_data_files(section, key: str, missing: str) -> None:
     _count(section.limit, f"{key}.limit", 0, note=" (0: all rows)")
 
 
+def names_a_dataset(source: str) -> bool:
+    """A Hugging Face dataset name (`org/name`: no file suffix, no such path here) rather than
+    a local data file."""
+    path = Path(source).expanduser()
+    return bool(source) and not path.suffix and not path.exists()
+
+
 def _check_task(cfg: Config) -> None:
     t = cfg.task
     if t.name == "math":
@@ -345,7 +353,16 @@ def _check_task(cfg: Config) -> None:
         _check(bool(m.problem_column), "task.math.problem_column", "must not be empty")
         _check(bool(m.answer_column), "task.math.answer_column", "must not be empty")
     elif t.name == "code":
-        _check_data_files(t.code, "task.code", "set a .jsonl or .parquet file of code problems")
+        c = t.code
+        _check_data_files(c, "task.code", "set a .jsonl or .parquet file of code problems")
+        named = [n for n in (c.train, c.test, c.val) if names_a_dataset(n)]
+        _check(
+            not named or re.fullmatch(r"[0-9a-f]{40}", c.revision) is not None,
+            "task.code.revision",
+            f"{named[0] if named else ''!r} is read as a Hugging Face dataset, which must be "
+            "pinned to its full commit id (40 hex characters) so the problems cannot change "
+            "under a run; or pass a local .jsonl/.parquet file",
+        )
     elif t.name == "list_functions":
         f = t.list_functions
         _check(len(f.skills) >= 1, "task.list_functions.skills", "list at least one skill")

@@ -59,11 +59,23 @@ class MathDataConfig:
 class CodeDataConfig:
     train: str = ""
     """Training problems: a .jsonl or .parquet file in a layout graft reads (graft, MBPP,
-    HumanEval, TACO, LiveCodeBench; `graft.tasks.code_data`)."""
+    HumanEval, TACO, LiveCodeBench; `graft.tasks.code_data`), or a Hugging Face dataset name in
+    one of those layouts (needs `revision`)."""
     test: str = ""
     """Held-out problems, same forms; empty: none."""
     val: str = ""
     """Validation problems for choosing the best checkpoint; empty: none."""
+    revision: str = ""
+    """The full commit id (40 hex characters) of the Hugging Face datasets named above: required
+    for a dataset name, so that the problems cannot change under a run."""
+    subset: str = ""
+    """Hugging Face dataset configuration name (MBPP: `full` or `sanitized`), if it has several."""
+    train_split: str = "train"
+    """Split name when `train` is a Hugging Face dataset."""
+    test_split: str = "test"
+    """Split name when `test` is a Hugging Face dataset."""
+    val_split: str = "validation"
+    """Split name when `val` is a Hugging Face dataset."""
     suffix: str = "\nAnswer with the complete program in one ```python code block."
     """Appended to every problem to form the task prompt."""
     check_references: bool = True

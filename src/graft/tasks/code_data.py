@@ -10,8 +10,10 @@ Layouts, recognized by their columns (one per row, so a file may mix them):
   problems, `fn_name`), optional `solutions` (JSON list; the first is the reference);
 - LiveCodeBench: `question_content`, `public_test_cases` (JSON list of `input`, `output`,
   `testtype`), optional `metadata` with `func_name`.
-Only local files are read for now (a Hugging Face copy of these sets, saved as .jsonl or
-.parquet, reads as is); the tests use small files written in the same layouts.
+A source is a local .jsonl/.parquet file, or a Hugging Face dataset name (`openai/openai_humaneval`)
+pinned to a full commit id in `task.code.revision` (a name without one is refused: the data could
+change under a run), read with `datasets` (`pip install graft-rl[datasets]`, and a network or the
+local cache). The tests use small files written in these layouts.
 
 `check_references` runs each problem's reference solution against its own tests in the sandbox:
 a problem whose reference fails is reported and left out, as an unparseable math gold is.
@@ -28,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from graft.config import CodeDataConfig, ConfigError
+from graft.config.checks import names_a_dataset
 from graft.errors import DataError
 from graft.tasks.code import CodeTestError, CodeTests, parse_tests, run_tests
-from graft.tasks.math_data import _read_jsonl
+from graft.tasks.math_data import _read_jsonl, read_hub
 from graft.types import Problem
 
 LAYOUTS = ("graft", "mbpp", "humaneval", "taco", "livecodebench")
@@ -140,20 +143,28 @@ def normalize(row: dict[str, Any]) -> CodeProblem:
     return CodeProblem(str(row["question_content"]), tests, None, layout)
 
 
-def load_code_problems(path: str, *, key: str) -> tuple[CodeProblem, ...]:
-    """Every problem of a file; a malformed row ends in one DataError naming file and row."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{key}: code data file not found: {path}")
+def load_code_problems(
+    path: str, *, key: str, cfg: CodeDataConfig | None = None, split: str = "train"
+) -> tuple[CodeProblem, ...]:
+    """Every problem of a file, or of a Hugging Face dataset's `split` at `cfg.revision`; a
+    malformed row ends in one DataError naming file (or dataset) and row."""
+    if names_a_dataset(path) and cfg is not None:
+        rows: Iterator[tuple[int, dict[str, Any]]] = read_hub(path, split, cfg, key, ())
+        where = f"dataset {path!r} split {split!r} at revision {cfg.revision}"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"{key}: code data file not found: {path}")
+        rows, where = read_rows(p), path
     out = []
-    for n, row in read_rows(p):
+    for n, row in rows:
         try:
             out.append(normalize(row))
         except (CodeTestError, KeyError, TypeError, ValueError, SyntaxError) as err:
             what = err if isinstance(err, CodeTestError) else f"{type(err).__name__}: {err}"
-            raise DataError(f"{key}: row {n} of {path}: {what}") from None
+            raise DataError(f"{key}: row {n} of {where}: {what}") from None
     if not out:
-        raise DataError(f"{key}: {path} has no rows")
+        raise DataError(f"{key}: {where} has no rows")
     return tuple(out)
 
 
@@ -201,7 +212,12 @@ class CodeTask:
 
         self.cfg = cfg
         read = {  # every file read and checked before any program runs
-            name: load_code_problems(getattr(cfg, name), key=f"task.code.{name}")
+            name: load_code_problems(
+                getattr(cfg, name),
+                key=f"task.code.{name}",
+                cfg=cfg,
+                split=getattr(cfg, f"{name}_split"),
+            )
             for name in ("train", "test", "val")
             if getattr(cfg, name)
         }

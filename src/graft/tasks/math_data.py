@@ -96,7 +96,9 @@ def _read_parquet(path: Path, limit: int, wanted: tuple[str, ...]) -> Iterator[R
     yield from enumerate(rows, start=1)
 
 
-def _read_hub(name: str, split: str, cfg: MathDataConfig, key: str) -> Iterator[Row]:
+def read_hub(name: str, split: str, cfg: Any, key: str, columns: tuple[str, ...]) -> Iterator[Row]:
+    """(row number, row) of a Hugging Face dataset split at `cfg.subset` / `cfg.revision`, the
+    first `cfg.limit` rows; DataError names the dataset, split and revision, and the ways out."""
     try:
         import datasets
     except ImportError:
@@ -115,8 +117,7 @@ def _read_hub(name: str, split: str, cfg: MathDataConfig, key: str) -> Iterator[
             "Without a network, use a copy in the local cache (HF_DATASETS_OFFLINE=1) or "
             "download it elsewhere and pass a local .jsonl/.parquet file"
         ) from None
-    where = f"dataset {name!r} split {split!r}"
-    _require_columns(ds.column_names, (cfg.problem_column, cfg.answer_column), where)
+    _require_columns(ds.column_names, columns, f"dataset {name!r} split {split!r}")
     if cfg.limit:
         ds = ds.select(range(min(cfg.limit, len(ds))))
     yield from enumerate(ds, start=1)
@@ -139,7 +140,8 @@ def _rows(source: str, split: str, cfg: MathDataConfig, key: str) -> tuple[Itera
             wanted = (cfg.problem_column, cfg.answer_column)
             return _read_parquet(path, cfg.limit, wanted), str(path)
         raise DataError(f"{key}: unsupported data file {source}: use .jsonl or .parquet")
-    return _read_hub(source, split, cfg, key), f"dataset {source!r} split {split!r}"
+    columns = (cfg.problem_column, cfg.answer_column)
+    return read_hub(source, split, cfg, key, columns), f"dataset {source!r} split {split!r}"
 
 
 def _text(row: dict[str, Any], column: str, what: str, where: str) -> str:
