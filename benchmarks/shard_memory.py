@@ -1,4 +1,4 @@
-"""Memory and time of one policy's update at K = 1 and K = 2 ranks (FSDP2, gloo, CPU).
+"""Memory and time of one policy's update at K = 1 and K = 2 or 4 ranks (FSDP2, gloo, CPU).
 
 A SmolLM2-135M- or 360M-sized Llama built from its config (random weights, nothing downloaded),
 float32 master weights, AdamW; at K = 2 each rank builds its shards from the config (as a sharded
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
-import resource
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from common import process_peak_rss_mib
 
 from graft.config import AlgoConfig, OptimConfig, RolloutConfig
 from graft.training.shards import (
@@ -69,7 +70,10 @@ def smollm2_sized(size: str):
 
 
 def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory (VmHWM), in MiB. Not getrusage's ru_maxrss: Linux
+    carries that across fork and exec, so a rank spawned after the K = 1 run would report the
+    K = 1 run's peak."""
+    return process_peak_rss_mib(os.getpid())
 
 
 def batch(prompts: int = 4, group: int = 4, length: int = 32) -> list[TrainGroup]:
@@ -138,7 +142,7 @@ def measure(shard: ShardRank, threads: int, size: str = "135m", keep_full: bool 
         "param_bytes": _local_bytes(params),
         "grad_bytes_peak": grads,
         "adam_bytes": _local_bytes(state),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": _rss_mib() * 2**20,
         "built_rss_mib": built_rss,
         "update_s": times[-1],
     }
@@ -160,14 +164,19 @@ def main() -> None:
     parser.add_argument(
         "--no-full-copy", action="store_true", help="rank 0 drops its full model once sharded"
     )
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2], help="K values (powers of 2)")
     args = parser.parse_args()
     one = measure(UNSHARDED, args.threads, args.size)
-    with tempfile.TemporaryDirectory() as tmp:
-        init = f"file://{Path(tmp) / 'rendezvous'}"
-        threads = max(1, args.threads // 2)
-        spawn_args = (2, init, tmp, threads, args.size, not args.no_full_copy)
-        mp.spawn(_rank, args=spawn_args, nprocs=2, join=True)
-        two = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
+    sharded: dict[int, list[dict]] = {}
+    for world in args.ranks:
+        with tempfile.TemporaryDirectory() as tmp:
+            init = f"file://{Path(tmp) / 'rendezvous'}"
+            threads = max(1, args.threads // world)
+            spawn_args = (world, init, tmp, threads, args.size, not args.no_full_copy)
+            mp.spawn(_rank, args=spawn_args, nprocs=world, join=True)
+            sharded[world] = [
+                json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)
+            ]
     header = (
         "| K | rank | params MB | grads MB | AdamW MB | of K=1's | RSS after build MB "
         "| peak RSS MB | peak of K=1's | update s |"
@@ -175,7 +184,7 @@ def main() -> None:
     print(header)
     print("|---|---|---|---|---|---|---|---|---|---|")
     base = one["param_bytes"] + one["grad_bytes_peak"] + one["adam_bytes"]
-    for r in [one, *two]:
+    for r in [one, *(r for ranks in sharded.values() for r in ranks)]:
         held = r["param_bytes"] + r["grad_bytes_peak"] + r["adam_bytes"]
         print(
             f"| {r['world']} | {r['rank']} | {r['param_bytes'] / 2**20:.0f} | "
@@ -183,9 +192,10 @@ def main() -> None:
             f"{held / base:.3f} | {r['built_rss_mib']:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
             f"{r['peak_rss_bytes'] / one['peak_rss_bytes']:.2f} | {r['update_s']:.1f} |"
         )
-    ratio = max(r["update_s"] for r in two) / one["update_s"]
-    print(f"update time K=2 / K=1: {ratio:.2f}")
-    print("BENCH " + json.dumps({"one": one, "two": two, "time_ratio": ratio}))
+    ratios = {k: max(r["update_s"] for r in v) / one["update_s"] for k, v in sharded.items()}
+    for world, ratio in ratios.items():
+        print(f"update time K={world} / K=1: {ratio:.2f}")
+    print("BENCH " + json.dumps({"one": one, "sharded": sharded, "time_ratios": ratios}))
 
 
 if __name__ == "__main__":
