@@ -275,7 +275,9 @@ def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupte
     """Rank 1 of a sharded policy killed mid-run: the run ends in one line naming the policy and
     the rank, well within the collective timeout, with its last checkpoint intact. The driver
     killed with SIGKILL: its ranks go with it. Either way `--resume` ends with the weights of the
-    uninterrupted sharded run, bit for bit."""
+    uninterrupted sharded run, bit for bit; resumed unsharded instead, within 1e-6."""
+    import shutil
+
     from graft.cli import main
     from graft.rundir import latest_checkpoint, verify_checkpoint
 
@@ -291,9 +293,15 @@ def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupte
             last = err.strip().splitlines()[-1]
             assert "policy 'llama': rank 1 of 2 died" in last, last
         verify_checkpoint(latest_checkpoint(out))
+        other = tmp_path / f"{victim}_at_one_rank"
+        shutil.copytree(out, other)
         assert main(["train", "--resume", str(out), "--set", "run.steps=4"]) == 0
         got = _weights(out, 4)
         assert all(torch.equal(got[k], want[k]) for k in want), victim
+        # the same interrupted run resumed unsharded: the float addition-order noise of K
+        resume = ["train", "--resume", str(other), "--set", "run.steps=4"]
+        assert main([*resume, "--set", "models.0.shards=1"]) == 0
+        assert _relative(_weights(other, 4), want) <= 1e-6, victim
 
 
 @pytest.mark.slow
