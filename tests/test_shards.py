@@ -184,6 +184,7 @@ def test_a_sharded_policy_trains_and_checkpoints_as_one_rank(one_and_two):
     assert all(torch.equal(loaded[k], two[k]) for k in two)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_run_resumes_at_another_shard_count(one_and_two, tmp_path):
     """A checkpoint written at K = 2 resumes unsharded and one written unsharded resumes at
