@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from graft.config import Config, load_config
-from graft.evidence.demo import is_done, mark_done, run_inprocess
+from graft.evidence.demo import is_done, run_inprocess
 from graft.evidence.stats import paired_interval
 from graft.rundir import read_metrics
 
@@ -49,8 +49,7 @@ def run(cfg: Config) -> list[dict]:
 
     if not is_done(cfg):
         start = time.perf_counter()
-        run_inprocess(cfg, train)
-        mark_done(cfg, time.perf_counter() - start)
+        run_inprocess(cfg, train)  # marks the run done
         print(f"  {cfg.run.out_dir}: {time.perf_counter() - start:.0f} s", flush=True)
     return read_metrics(Path(cfg.run.out_dir))
 

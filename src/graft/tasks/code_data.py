@@ -195,9 +195,24 @@ def check_references(
 
 
 UNSAFE_WARNING = (
-    "WARNING: task.code.sandbox=unsafe_local: candidate programs run WITHOUT isolation; they "
-    "can read and write this machine's files, use its network and signal its processes"
+    "WARNING: {key}=unsafe_local: candidate programs run WITHOUT isolation; they can read and "
+    "write this machine's files, use its network and signal its processes"
 )
+
+
+def code_verifier(sandbox: str, key: str) -> str:
+    """The verifier for a code task's `sandbox` setting (`key` names it): `code`, refused in one
+    line where the machine cannot isolate programs, or `code_unsafe_local`, with a loud
+    warning."""
+    from graft.sandbox import isolation_problem
+
+    if sandbox == "unsafe_local":
+        print(UNSAFE_WARNING.format(key=key), file=sys.stderr)
+        return "code_unsafe_local"
+    problem = isolation_problem()
+    if problem:
+        raise ConfigError(f"{key}: cannot isolate programs here: {problem}")
+    return "code"
 
 
 class CodeTask:
@@ -208,8 +223,6 @@ class CodeTask:
     name = "code"
 
     def __init__(self, cfg: CodeDataConfig) -> None:
-        from graft.sandbox import isolation_problem
-
         self.cfg = cfg
         read = {  # every file read and checked before any program runs
             name: load_code_problems(
@@ -221,15 +234,7 @@ class CodeTask:
             for name in ("train", "test", "val")
             if getattr(cfg, name)
         }
-        if cfg.sandbox == "unsafe_local":
-            print(UNSAFE_WARNING, file=sys.stderr)
-            self.verifier = "code_unsafe_local"
-        elif isolation_problem():
-            raise ConfigError(
-                f"task.code.sandbox: cannot isolate programs here: {isolation_problem()}"
-            )
-        else:
-            self.verifier = "code"
+        self.verifier = code_verifier(cfg.sandbox, "task.code.sandbox")
         self._sets: dict[str, tuple[Problem, ...]] = {"train": (), "test": (), "val": ()}
         for name, problems in read.items():
             self._sets[name] = self._prepare(problems, getattr(cfg, name), f"task.code.{name}")

@@ -27,11 +27,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-import sys
 from dataclasses import dataclass
 
 from graft.config import ConfigError, ListFunctionsConfig
 from graft.tasks.code import CodeTests
+from graft.tasks.code_data import code_verifier
 from graft.tasks.splits import SplitTask
 from graft.types import Problem
 
@@ -155,21 +155,6 @@ def _mutations(spec: Spec) -> list[Spec]:
     return out
 
 
-def _code_verifier(sandbox: str, key: str) -> str:
-    """`code`, or `code_unsafe_local` (with the loud warning); refuses where the machine
-    cannot isolate programs."""
-    from graft.sandbox import isolation_problem
-    from graft.tasks.code_data import UNSAFE_WARNING
-
-    if sandbox == "unsafe_local":
-        print(UNSAFE_WARNING.replace("task.code.sandbox", key), file=sys.stderr)
-        return "code_unsafe_local"
-    problem = isolation_problem()
-    if problem:
-        raise ConfigError(f"{key}: cannot isolate programs here: {problem}")
-    return "code"
-
-
 class ListFunctionsTask(SplitTask):
     """The list-functions code task (module docstring)."""
 
@@ -186,7 +171,7 @@ class ListFunctionsTask(SplitTask):
         self.cfg = cfg
         self.skills = tuple(Skill(s) for s in cfg.skills)
         self.verifier = (
-            _code_verifier(cfg.sandbox, "task.list_functions.sandbox") if runs_code else "code"
+            code_verifier(cfg.sandbox, "task.list_functions.sandbox") if runs_code else "code"
         )
         self._specs: dict[str, Spec] = {}
         self._train, self._test, self._val = self._build()

@@ -30,6 +30,7 @@ from graft.config import MathDataConfig
 from graft.config.lib import expand_user
 from graft.errors import DataError
 from graft.tasks.answer import last_boxed
+from graft.tasks.splits import SplitTask
 from graft.types import Problem
 
 FIXTURE_PATH = Path(__file__).resolve().parents[1] / "data" / "math_fixture.jsonl"
@@ -200,7 +201,7 @@ def load_problems(source: str, split: str, cfg: MathDataConfig, *, key: str) -> 
     return kept
 
 
-class MathTask:
+class MathTask(SplitTask):
     """Math problems from JSONL / Parquet / Hugging Face data; see the module docstring."""
 
     name = "math"
@@ -215,12 +216,3 @@ class MathTask:
         self._val = (
             load_problems(cfg.val, cfg.val_split, cfg, key="task.math.val") if cfg.val else ()
         )
-
-    def train_problems(self) -> tuple[Problem, ...]:
-        return self._train
-
-    def val_problems(self) -> tuple[Problem, ...]:
-        return self._val
-
-    def test_problems(self) -> tuple[Problem, ...]:
-        return self._test
