@@ -63,7 +63,7 @@ def test_shared_prompt_sampling_draws_the_same_samples(tiny_paths, arch):
             SamplingParams(max_new_tokens=10),
             stop_ids=[1],
             pad_id=0,
-            generator=torch.Generator().manual_seed(3),
+            row_seeds=list(range(len(prompts))),
             share_prompts=share,
         )
         for share in (True, False)

@@ -215,6 +215,72 @@ def test_update_then_sync_then_cache_reset_then_sample(standin, tiny_paths):
     assert llm.calls[3:] == ["wake_up:kv_cache", "generate", "sleep:1"]
 
 
+@pytest.mark.timeout(300)
+def test_a_sharded_policy_feeds_its_engine_from_the_shards(standin, tiny_paths):
+    """`shards: 2` with vLLM: rank 0's engine samples. After an update the engine is loaded from
+    the shards a layer at a time (a part per decoder layer, then the rest) and holds the weights
+    the unsharded policy's engine holds after the same update; its log-probs equal the sharded
+    policy's own scoring before and after."""
+    one = _policy(tiny_paths["llama"])
+    _, want_rollouts = _worst_gap(one, seed=3)
+    _train_step(one, want_rollouts)
+    want = {n: p.detach().clone() for n, p in one.engine.llm.hf.named_parameters()}
+    one.close()
+
+    policy = _policy(tiny_paths["llama"], shards=2)
+    try:
+        llm = policy.engine.llm
+        gap, rollouts = _worst_gap(policy, seed=3)
+        assert gap < 1e-4
+        assert [[c.token_ids for c in r.completions_G] for r in rollouts] == [
+            [c.token_ids for c in r.completions_G] for r in want_rollouts
+        ]
+        del llm.calls[:]
+        stats = _train_step(policy, rollouts)
+        assert abs(stats["loss/ratio_mean"] - 1.0) < 1e-4
+        layers = llm.hf.config.num_hidden_layers
+        assert llm.calls == [
+            "wake_up:weights",
+            *["apply_model"] * (layers + 1),
+            "reset_prefix_cache",
+        ]
+        got = dict(llm.hf.named_parameters())
+        worst = max(((got[n] - w).norm() / w.norm()).item() for n, w in want.items())
+        assert worst < 1e-5, worst
+        gap, _ = _worst_gap(policy, seed=3)
+        assert gap < 1e-4
+    finally:
+        policy.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_sharded_policy_gathers_for_its_engine_in_the_compute_dtype(standin, tiny_paths):
+    """bfloat16 compute: every part the engine is fed is bfloat16 and no larger than a layer (or
+    the embeddings and head), never the float32 model."""
+    policy = _policy(tiny_paths["llama"], dtype="bfloat16", shards=2)
+    parts: list[list] = []
+    feed = policy.engine.sync_weights_in_parts
+
+    def recording(given):
+        def kept():
+            for part in given:
+                parts.append([(n, t.dtype, t.numel()) for n, t in part])
+                yield part
+
+        feed(kept())
+
+    try:
+        policy.engine.sync_weights_in_parts = recording
+        _, rollouts = _worst_gap(policy, seed=3)
+        _train_step(policy, rollouts)
+    finally:
+        policy.close()
+    assert len(parts) >= 3  # the tiny llama's layers, then the rest
+    assert {dtype for part in parts for _, dtype, _ in part} == {torch.bfloat16}
+    total = sum(n for part in parts for _, _, n in part)
+    assert max(sum(n for _, _, n in part) for part in parts) < total / 2
+
+
 def test_missing_prefix_reset_would_give_stale_logprobs(standin, tiny_paths):
     """The stand-in's prefix cache is real: without the reset, step 1 reuses step-0 KV."""
     policy = _policy(tiny_paths["llama"])

@@ -14,21 +14,26 @@ PROBLEMS = [Problem("12+34=", "46"), Problem("50+7=", "57"), Problem("99+99=", "
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _policy(path: str, engine: str = "vllm", dtype: str = "float32", **rollout) -> Policy:
-    return Policy(
-        PolicySpec(
-            model=ModelConfig(
-                name="p",
-                path=path,
-                dtype=dtype,
-                prompt_template=PREFIX + "{prompt}",
-                optim=OptimConfig(lr=1e-3),  # a large step, so stale weights would show
-            ),
-            rollout=RolloutConfig(engine=engine, **{"max_new_tokens": 8, **rollout}),
-            algo=AlgoConfig(micro_batch_size=64, minibatches=1),
-            seed=0,
-        )
+def _policy(
+    path: str, engine: str = "vllm", dtype: str = "float32", shards: int = 1, **rollout
+) -> Policy:
+    """A policy on the engine; with `shards` > 1, rank 0 of a sharded one (this process)."""
+    from graft.training.sharded_policy import ShardedPolicy
+
+    spec = PolicySpec(
+        model=ModelConfig(
+            name="p",
+            path=path,
+            dtype=dtype,
+            prompt_template=PREFIX + "{prompt}",
+            optim=OptimConfig(lr=1e-3),  # a large step, so stale weights would show
+            shards=shards,
+        ),
+        rollout=RolloutConfig(engine=engine, **{"max_new_tokens": 8, **rollout}),
+        algo=AlgoConfig(micro_batch_size=64 // shards, minibatches=1),  # every rank trains
+        seed=0,
     )
+    return ShardedPolicy(spec) if shards > 1 else Policy(spec)
 
 
 def _params(policy: Policy) -> SamplingParams:

@@ -292,15 +292,9 @@ def _check_shards(cfg: Config, m: ModelConfig, key: str) -> None:
         (cfg.run.backend != "inprocess", f"run.backend={cfg.run.backend}",
          "rank 0 is the policy's own worker process and ranks 1..K-1 its children or Ray actors; "
          "in-process, the driver would be rank 0 of every sharded policy at once"),
-        (cfg.rollout.engine != "vllm", f"rollout.engine={cfg.rollout.engine}",
-         "the engine takes full weights after every update; feeding it from the shards, a layer "
-         "at a time in the compute dtype, is not built"),
         (m.lora.r == 0 and not m.adapter, "LoRA adapters",
          "FSDP over a peft-wrapped model (sharding trainable adapters beside frozen base weights) "
          "is not built or tested"),
-        (cfg.algo.kl_coef == 0, "a KL term (algo.kl_coef > 0)",
-         "the frozen reference model would be one more full copy on every rank, which undoes "
-         "sharding; a sharded reference is not built"),
         (m.dtype != "float16" and m.param_dtype == "float32", f"dtype {m.dtype}/{m.param_dtype}",
          "float16 needs a loss scaler whose overflow checks agree across ranks, and the shards "
          "are float32 master weights; use dtype bfloat16 or float32"),

@@ -177,8 +177,9 @@ class ModelConfig:
     """Ranks this policy's update runs on (PyTorch FSDP2: parameters, gradients and AdamW state
     split K ways; gloo on CPU, NCCL on GPU), in the worker-process backend (child processes; on
     GPUs rank r uses device index + r) or the Ray backend (one actor per rank, placed by
-    run.ray_strategy). The update equals one rank's. Rank 0 samples and scores with a full copy of
-    the weights, refreshed after each update. 1: one process, not sharded."""
+    run.ray_strategy). Sampling, scoring and the update run on every rank, each on its share of the
+    rows; no rank keeps a full copy. The update and the rollouts equal one rank's. 1: one process,
+    not sharded."""
 
 
 @dataclass(frozen=True)

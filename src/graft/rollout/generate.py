@@ -1,8 +1,12 @@
 """Batched sampling from a Hugging Face causal LM with a KV cache, recording behavior log-probs.
 
-A small loop of our own rather than `model.generate`: it draws from a dedicated torch.Generator
-(so a step's samples depend only on its seed, which makes resume exact), and it records the
-log-prob of every sampled token under the distribution it was drawn from, softmax(logits / T).
+A small loop of our own rather than `model.generate`. Each row draws from its own stream, seeded
+by the caller (`row_seeds`: graft seeds a row from the run seed, the step, the policy, its prompt's
+id and its sample index), by inverting the tempered distribution's CDF at one uniform per token. A
+row's sample therefore depends on its seed and its prompt alone, not on the batch around it: the
+same for any split of a batch into chunks or over a sharded policy's ranks, up to the float
+rounding of a batch's shape, and exact on resume. It records the log-prob of every sampled token
+under the distribution it was drawn from, softmax(logits / T).
 With top-p / top-k the recorded log-prob is still that of the untruncated tempered distribution,
 which is what a training forward pass computes; keep top-p = 1 for training rollouts.
 
@@ -13,6 +17,7 @@ work saved; the samples are the same as with every row prefilled on its own, up 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,19 +57,42 @@ def _filter_logits(logits_BV: torch.Tensor, *, top_p: float, top_k: int) -> torc
     return logits_BV
 
 
+class RowDraws:
+    """One uniform per row and token, each row from its own stream (`random.Random(seed)`)."""
+
+    def __init__(self, row_seeds: Sequence[int]) -> None:
+        self._streams = [random.Random(int(s)) for s in row_seeds]
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def next(self, device: torch.device | str) -> torch.Tensor:
+        """u_B in [0, 1), float64: the next uniform of every row."""
+        return torch.tensor([s.random() for s in self._streams], dtype=torch.float64).to(device)
+
+
+def inverse_cdf(probs_BV: torch.Tensor, u_B: torch.Tensor) -> torch.Tensor:
+    """The token at which each row's cumulative probability first exceeds u (in float64, so a
+    token of probability zero is never picked)."""
+    cdf_BV = probs_BV.double().cumsum(-1)
+    x_B1 = u_B.unsqueeze(-1) * cdf_BV[:, -1:]
+    picked_B1 = torch.searchsorted(cdf_BV, x_B1, right=True)
+    return picked_B1.clamp(max=probs_BV.shape[-1] - 1).squeeze(-1)
+
+
 def _next_tokens(
-    logits_BV: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    logits_BV: torch.Tensor, params: SamplingParams, draws: RowDraws
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row; return (tokens_B, logprob_B under softmax(logits / T))."""
     logits_BV = logits_BV.float()
+    u_B = draws.next(logits_BV.device)  # drawn at T = 0 too: a row's stream never depends on T
     if params.temperature == 0:
         logp_BV = torch.log_softmax(logits_BV, dim=-1)
         tokens_B = logp_BV.argmax(-1)
     else:
         logp_BV = torch.log_softmax(logits_BV / params.temperature, dim=-1)
         filtered_BV = _filter_logits(logp_BV, top_p=params.top_p, top_k=params.top_k)
-        probs_BV = torch.softmax(filtered_BV, dim=-1)
-        tokens_B = torch.multinomial(probs_BV, 1, generator=generator).squeeze(-1)
+        tokens_B = inverse_cdf(torch.softmax(filtered_BV, dim=-1), u_B)
     return tokens_B, logp_BV.gather(-1, tokens_B.unsqueeze(-1)).squeeze(-1)
 
 
@@ -76,11 +104,15 @@ def sample_batch(
     *,
     stop_ids: Sequence[int],
     pad_id: int,
-    generator: torch.Generator | None = None,
+    row_seeds: Sequence[int],
     share_prompts: bool = True,
 ) -> list[Sample]:
-    """Sample one response per prompt row (left-padded, one forward per new token)."""
+    """Sample one response per prompt row (left-padded, one forward per new token), row b from
+    the stream seeded with `row_seeds[b]`."""
     num_rows = len(prompts)
+    if len(row_seeds) != num_rows:
+        raise ValueError(f"{len(row_seeds)} row seeds for {num_rows} prompt rows")
+    draws = RowDraws(row_seeds)
     device = next(model.parameters()).device
     if share_prompts:
         distinct, index = distinct_rows(prompts)
@@ -122,7 +154,7 @@ def sample_batch(
     stopped_B = torch.zeros(num_rows, dtype=torch.bool, device=device)
     ones_B1 = torch.ones((num_rows, 1), dtype=torch.long, device=device)
     for t in range(params.max_new_tokens):
-        tokens_B, logp_B = _next_tokens(logits_BV, params, generator)
+        tokens_B, logp_B = _next_tokens(logits_BV, params, draws)
         tokens_B = tokens_B.masked_fill(done_B, pad_id)
         tokens_BT[:, t] = tokens_B
         logp_BT[:, t] = logp_B.masked_fill(done_B, 0.0)
@@ -165,11 +197,12 @@ def sample(
     *,
     stop_ids: Sequence[int],
     pad_id: int,
-    generator: torch.Generator | None = None,
+    row_seeds: Sequence[int],
     batch_size: int = 0,
     share_prompts: bool = True,
 ) -> list[Sample]:
-    """`sample_batch` over chunks of at most `batch_size` rows (0: all at once), in order."""
+    """`sample_batch` over chunks of at most `batch_size` rows (0: all at once), in order: the
+    same samples for any `batch_size`, up to float rounding."""
     if not prompts:
         return []
     if any(len(p) == 0 for p in prompts):
@@ -184,7 +217,7 @@ def sample(
                 params,
                 stop_ids=stop_ids,
                 pad_id=pad_id,
-                generator=generator,
+                row_seeds=row_seeds[start : start + size],
                 share_prompts=share_prompts,
             )
         )

@@ -63,7 +63,7 @@ import os
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -295,13 +295,19 @@ def write_engine_config(model: torch.nn.Module, folder: str) -> None:
     config.save_pretrained(folder)
 
 
-def _load_into(weights: list[tuple[str, torch.Tensor]], model: Any) -> list[str]:
-    """Load weights into vLLM's model (in its worker); return its parameters left unloaded."""
+def _load_into(
+    weights: list[tuple[str, torch.Tensor]], model: Any, earlier: Collection[str], final: bool
+) -> list[str] | None:
+    """Load weights into vLLM's model (in its worker). Not `final`: the names it loaded (None: its
+    loader does not report them). `final`: its parameters left unloaded by these weights and the
+    `earlier` parts' names."""
     loaded = model.load_weights(weights=weights)
     if loaded is None:  # an architecture whose loader does not report what it loaded
-        return []
+        return None if not final else []
+    if not final:
+        return sorted(loaded)
     # As vLLM's own loader: scales its quantization methods fill in after loading are exempt.
-    exempt = set()
+    exempt = set(earlier)
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
         if getattr(method, "uses_meta_device", False) or hasattr(
@@ -462,13 +468,28 @@ class VLLMEngine:
 
     def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load the trainer's current weights into the engine, then drop its prefix cache."""
+        self.sync_weights_in_parts([list(named_tensors)])
+
+    def sync_weights_in_parts(self, parts: Iterable[list[tuple[str, torch.Tensor]]]) -> None:
+        """`sync_weights` from the weights in parts, each loaded as it comes (a sharded policy
+        gathers a layer at a time: no more than two layers are held at once)."""
         self._check_open()
-        # The trainer's dtype (float32 masters): vLLM's loaders copy_ into its parameters, which
-        # rounds to the engine's dtype; no second copy of the weights is made here.
-        weights = [(name, t.detach()) for name, t in named_tensors]
         self._wake(["weights"])
-        for missing in self.llm.apply_model(functools.partial(_load_into, weights)):
-            if missing:
+        # The trainer's tensors as they come (float32 masters, or a sharded policy's compute
+        # dtype): vLLM's loaders copy_ into its parameters, rounding to the engine's dtype.
+        earlier: set[str] = set()  # what the parts before the last loaded
+        silent = False  # a loader that does not report what it loaded: nothing to check
+        pending: list[tuple[str, torch.Tensor]] | None = None
+        for part in parts:
+            if pending is not None:
+                load = functools.partial(_load_into, pending, earlier=earlier, final=False)
+                got = self.llm.apply_model(load)
+                silent = silent or any(names is None for names in got)
+                earlier.update(n for names in got for n in names or ())
+            pending = [(name, t.detach()) for name, t in part]
+        load = functools.partial(_load_into, pending or [], earlier=earlier, final=True)
+        for missing in self.llm.apply_model(load):
+            if missing and not silent:
                 raise RuntimeError(
                     f"{self.key}: the vLLM model has parameters the policy's weights do not "
                     f"cover: {missing[:5]}"

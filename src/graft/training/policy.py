@@ -25,7 +25,8 @@ from graft.models.lora import (
     save_adapter,
 )
 from graft.models.modeling import score_sequences
-from graft.rollout import SamplingParams, sample
+from graft.rollout import Sample, SamplingParams, sample
+from graft.seeds import row_seeds
 from graft.training.build import PolicySpec, build_parts, set_warmup_lr
 from graft.training.cost import Meter, parameter_count
 from graft.training.optim_state import (
@@ -35,6 +36,50 @@ from graft.training.optim_state import (
 )
 from graft.training.update import train_on_batch
 from graft.types import Completion, Imported, PeerResponse, Problem, Rollout, TrainGroup
+
+
+def sample_rows(
+    model: torch.nn.Module,
+    rows: Sequence[Sequence[int]],
+    params: SamplingParams,
+    row_seeds: Sequence[int],
+    spec: PolicySpec,
+    *,
+    stop_ids: Sequence[int],
+    pad_id: int,
+) -> list[Sample]:
+    """`graft.rollout.sample` with the policy's chunking and prompt sharing."""
+    return sample(
+        model,
+        rows,
+        params,
+        stop_ids=stop_ids,
+        pad_id=pad_id,
+        row_seeds=row_seeds,
+        batch_size=spec.rollout.batch_size,
+        share_prompts=spec.algo.share_prompts,
+    )
+
+
+def score_rows(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    spec: PolicySpec,
+    *,
+    pad_id: int,
+) -> list[tuple[float, ...]]:
+    """`score_sequences` at the policy's rollout temperature, micro-batch size and sharing."""
+    return score_sequences(
+        model,
+        prompts,
+        responses,
+        pad_id=pad_id,
+        temperature=spec.rollout.temperature,
+        batch_size=spec.algo.micro_batch_size,
+        share_prompts=spec.algo.share_prompts,
+        dedup_responses=spec.algo.dedup_responses,
+    )
 
 
 class Policy:
@@ -118,11 +163,13 @@ class Policy:
     def generate(
         self, problems: Sequence[Problem], *, n: int, params: SamplingParams, seed: int
     ) -> list[Rollout]:
-        """n samples for each problem, drawn from a generator seeded with `seed`."""
+        """n samples for each problem, each drawn from its own stream, seeded from `seed`, the
+        problem's id and the sample's index (`graft.seeds.row_seeds`)."""
         prompt_ids_P = [self.prompt_ids(p.prompt) for p in problems]
         rows = [ids for ids in prompt_ids_P for _ in range(n)]
         with self.meter.phase("generate"):
-            samples = self._sample(rows, params, seed=seed)
+            seeds = row_seeds(seed, [p.id for p in problems], n)
+            samples = self._sample(rows, params, seed=seed, row_seeds=seeds)
         self.meter.add(
             responses=len(samples),
             gen_tokens=sum(len(s.token_ids) for s in samples),
@@ -142,19 +189,31 @@ class Policy:
             rollouts.append(Rollout(problem, self.name, ids, completions))
         return rollouts
 
-    def _sample(self, rows: list[tuple[int, ...]], params: SamplingParams, *, seed: int) -> list:
+    def _sample(
+        self,
+        rows: list[tuple[int, ...]],
+        params: SamplingParams,
+        *,
+        seed: int,
+        row_seeds: list[int],
+    ) -> list:
         if self.engine is not None:
             return self.engine.sample(rows, params, stop_ids=self.stop_ids, seed=seed)
+        return self._sample_rows(rows, params, row_seeds)
+
+    def _sample_rows(
+        self, rows: list[tuple[int, ...]], params: SamplingParams, row_seeds: list[int]
+    ) -> list[Sample]:
+        """graft's own sampler, each row from its own stream."""
         with self.precision.forward():
-            return sample(
+            return sample_rows(
                 self.model,
                 rows,
                 params,
+                row_seeds,
+                self.spec,
                 stop_ids=self.stop_ids,
                 pad_id=self.pad_id,
-                generator=torch.Generator(device=self.device).manual_seed(seed),
-                batch_size=self.spec.rollout.batch_size,
-                share_prompts=self.spec.algo.share_prompts,
             )
 
     def score(
@@ -164,16 +223,12 @@ class Policy:
         sequences."""
         self.meter.add(forward_tokens=sum(len(p) + len(r) for p, r in zip(prompts, responses)))
         with self.meter.phase("score"), self.precision.forward():
-            return score_sequences(
-                self.model,
-                prompts,
-                responses,
-                pad_id=self.pad_id,
-                temperature=self.spec.rollout.temperature,
-                batch_size=self.spec.algo.micro_batch_size,
-                share_prompts=self.spec.algo.share_prompts,
-                dedup_responses=self.spec.algo.dedup_responses,
-            )
+            return self._score(prompts, responses)
+
+    def _score(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+    ) -> list[tuple[float, ...]]:
+        return score_rows(self.model, prompts, responses, self.spec, pad_id=self.pad_id)
 
     def import_responses(
         self, requests: Sequence[PeerResponse], *, too_long: str = "drop"

@@ -1,21 +1,23 @@
-"""A policy over K ranks (`models.N.shards: K`): FSDP2 for the update, a full copy for sampling.
+"""A policy over K ranks (`models.N.shards: K`): FSDP2 for every forward and for the update.
 
 The policy's worker (a process, or a Ray actor) is rank 0. Ranks 1..K-1 are its own child processes
 (`ProcessRank`), or Ray actors that the Ray backend placed and hands it (any object with the
 `RankLink` methods); all K join one process group (graft.training.shards). Every rank holds the
 FSDP2-sharded model and its 1/K of the AdamW state, built from the model's config on the meta
-device (never the whole model) and filled from rank 0's weights one tensor at a time. Rank 0 also
-keeps the full model, which
-samples, scores and imports peer responses exactly as an unsharded policy does, and which is
-refreshed from the sharded weights after every update. A call that needs every rank (train, save,
-load, close) is sent by rank 0 to each other rank (`serve_rank` carries it out there); the work
-itself runs in collectives with a timeout, and a rank that died ends the call in one line naming
-it.
+device (never the whole model) and filled from rank 0's weights one tensor at a time. Rank 0 reads
+the model once to fill the shards, then lets it go: no rank keeps a full copy.
+
+Sampling, old log-probs and the scoring of peer responses run on every rank, each on its share of
+the rows, with the forwards kept in step (`Lockstep`); every row draws from its own seeded stream,
+so the samples are those of the unsharded policy for any K. Rank 0 gathers the results. A call
+that needs every rank (sample, score, train, save, load, close) is sent by rank 0 to each other
+rank (`serve_rank` carries it out there); the work itself runs in collectives with a timeout, and
+a rank that died ends the call in one line naming it.
 
 Checkpoints keep the run directory's layout: the full model and tokenizer as transformers saves
-them (rank 0 writes them), `policy_state.json`, and the sharded AdamW state under `optimizer/`
-(torch.distributed.checkpoint, one file per rank). A run resumes at any K, or unsharded: the AdamW
-state is resharded on load (graft.training.optim_state).
+them (gathered to rank 0 one tensor at a time, which writes them), `policy_state.json`, and the
+sharded AdamW state under `optimizer/` (torch.distributed.checkpoint, one file per rank). A run
+resumes at any K, or unsharded: the AdamW state is resharded on load (graft.training.optim_state).
 """
 
 from __future__ import annotations
@@ -34,20 +36,28 @@ from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_file
 
 from graft.errors import PolicyWorkerError
 from graft.models.precision import DTYPES, Precision
 from graft.procutil import die_with_parent
+from graft.rollout import Sample, SamplingParams
 from graft.training.build import PolicySpec, resolve_device, set_warmup_lr
 from graft.training.optim_state import OPTIMIZER_DIR, load_into_sharded, saved_shards
-from graft.training.policy import Policy
+from graft.training.policy import Policy, sample_rows, score_rows
 from graft.training.shards import (
+    Lockstep,
     ShardRank,
     build_sharded,
-    full_state_dict,
+    even_slices,
+    full_state_on_rank0,
+    gather_on_rank0,
+    gathered_layers,
     init_shard_group,
     load_full_weights,
     share_from_rank0,
+    with_tied_keys,
+    without_tied_keys,
 )
 from graft.training.update import train_on_batch
 from graft.types import TrainGroup
@@ -77,6 +87,11 @@ class ShardWorker:
         m = spec.model
         self.model = build_sharded(config, shard, device=device, compute_dtype=DTYPES[m.dtype])
         load_full_weights(self.model, full)
+        self.ref_model: torch.nn.Module | None = None
+        if spec.algo.kl_coef > 0:  # the KL term's frozen reference: the starting weights, sharded
+            ref = build_sharded(config, shard, device=device, compute_dtype=DTYPES[m.dtype])
+            load_full_weights(ref, full)
+            self.ref_model = ref.requires_grad_(False)
         o = m.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -100,18 +115,63 @@ class ShardWorker:
             groups,
             self.spec.update_settings(),
             pad_id=self.pad_id,
+            ref_model=self.ref_model,
             set_lr=self._set_lr,
             seed=seed,
             precision=self.precision,
             shard=self.shard,
         )
 
-    def save_optimizer(self, directory: Path) -> None:
+    def sample(
+        self,
+        rows: Sequence[Sequence[int]],
+        row_seeds: Sequence[int],
+        params: SamplingParams,
+        stop_ids: Sequence[int],
+    ) -> list[Sample]:
+        """This rank's rows sampled; on rank 0, every rank's samples in rank order."""
+        model = Lockstep(self.model, self.shard, pad_id=self.pad_id)
+        got = sample_rows(
+            model, rows, params, row_seeds, self.spec, stop_ids=stop_ids, pad_id=self.pad_id
+        )
+        model.drain()
+        return gather_on_rank0(got, self.shard)
+
+    def score(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+    ) -> list[tuple[float, ...]]:
+        """This rank's rows scored; on rank 0, every rank's in rank order."""
+        model = Lockstep(self.model, self.shard, pad_id=self.pad_id)
+        got = (
+            score_rows(model, prompts, responses, self.spec, pad_id=self.pad_id) if prompts else []
+        )
+        model.drain()
+        return gather_on_rank0(got, self.shard)
+
+    @property
+    def feeds_engine(self) -> bool:
+        """Rank 0 samples with vLLM, fed from the shards after every change of the weights."""
+        return self.spec.rollout.engine == "vllm"
+
+    def sync_engine(self, engine: Any) -> None:
+        """Rank 0's vLLM engine loaded from the shards, gathered a layer at a time in the
+        compute dtype (`engine` None on the other ranks, which take part in the gathers)."""
+        parts = gathered_layers(self.model, DTYPES[self.spec.model.dtype])
+        if engine is None:
+            for _ in parts:
+                pass
+        else:
+            engine.sync_weights_in_parts(parts)
+
+    def save(self, directory: Path) -> dict[str, torch.Tensor]:
+        """Each rank's part of the AdamW state written; the full weights returned on rank 0
+        (`{}` on the others), gathered one tensor at a time."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         state = get_optimizer_state_dict(self.model, self.optimizer)
         dcp.save({"optimizer": state}, checkpoint_id=str(directory / OPTIMIZER_DIR))
+        return full_state_on_rank0(self.model)
 
     def load(self, directory: Path, full: dict[str, torch.Tensor]) -> None:
         """The weights from rank 0's full state dict (broadcast), this rank's part of the AdamW
@@ -123,14 +183,21 @@ class ShardWorker:
 def serve_rank(worker: ShardWorker, call: tuple) -> bool:
     """Carry out one of rank 0's calls on a rank other than 0; False: it was the last."""
     kind = call[0]
-    if kind == "train":
+    if kind == "sample":
+        worker.sample(*call[1:])
+    elif kind == "score":
+        worker.score(*call[1:])
+    elif kind == "train":
         worker.train(call[1], call[2])
-        full_state_dict(worker.model)  # rank 0 refreshes its full copy from it
+        if worker.feeds_engine:
+            worker.sync_engine(None)
     elif kind == "save":
-        worker.save_optimizer(Path(call[1]))
+        worker.save(Path(call[1]))
     elif kind == "load":
         worker.load(Path(call[1]), {})
         worker.num_updates = int(call[2])
+        if worker.feeds_engine:
+            worker.sync_engine(None)
     return kind != "close"
 
 
@@ -252,12 +319,24 @@ class ShardedPolicy(Policy):
         shard = init_shard_group(0, world, init_method=init_method, device=self.device)
         config = share_from_rank0(self.model.config)
         self.worker = ShardWorker(self.spec, shard, config, self.model.state_dict(), self.device)
+        # The full model has filled the shards: let it go. Every forward runs on the shards, whose
+        # mixed-precision policy casts (no autocast on top).
+        self.model = self.optimizer = self.ref_model = None  # type: ignore[assignment]
+        self.precision = Precision()
 
     def _send(self, *call: Any) -> None:
         """A call every rank takes part in: sent to ranks 1..K-1, then run here."""
         for rank, link in enumerate(self._ranks, start=1):
             try:
                 link.send(call)
+            except OSError:
+                raise self._rank_died(rank, link.gone() or "its pipe is closed") from None
+
+    def _send_parts(self, kind: str, parts: Sequence[tuple], *rest: Any) -> None:
+        """A call every rank takes part in, rank r with `parts[r]` (sent to ranks 1..K-1)."""
+        for rank, link in enumerate(self._ranks, start=1):
+            try:
+                link.send((kind, *parts[rank], *rest))
             except OSError:
                 raise self._rank_died(rank, link.gone() or "its pipe is closed") from None
 
@@ -282,19 +361,38 @@ class ShardedPolicy(Policy):
         pids = [str(os.getpid()), *(str(link.pid) for link in self._ranks)]
         return {**super().describe(), "shards": str(len(pids)), "rank_pids": ",".join(pids)}
 
+    def _sample_rows(
+        self, rows: list[tuple[int, ...]], params: SamplingParams, row_seeds: list[int]
+    ) -> list[Sample]:
+        """Every rank samples its share of the rows (with vLLM, rank 0's engine samples all)."""
+        world = len(self._ranks) + 1
+        parts = [(rows[part], row_seeds[part]) for part in even_slices(len(rows), world)]
+        self._send_parts("sample", parts, params, self.stop_ids)
+        return self._collective(self.worker.sample, *parts[0], params, self.stop_ids)
+
+    def _score(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+    ) -> list[tuple[float, ...]]:
+        world = len(self._ranks) + 1
+        parts = [(prompts[part], responses[part]) for part in even_slices(len(prompts), world)]
+        self._send_parts("score", parts)
+        return self._collective(self.worker.score, *parts[0])
+
     def _update(self, groups: Sequence[TrainGroup], *, seed: int) -> dict[str, float]:
         self._send("train", list(groups), seed)
         stats = self._collective(self.worker.train, groups, seed)
-        self.model.load_state_dict(self._collective(full_state_dict, self.worker.model))
+        if self.engine is not None:
+            self._collective(self.worker.sync_engine, self.engine)
         self.num_updates = self.worker.num_updates
         return stats
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         self._send("save", str(directory))
-        self.model.save_pretrained(directory)
+        full = self._collective(self.worker.save, directory)
+        full = without_tied_keys(self.worker.model, full)
+        self.worker.model.save_pretrained(directory, state_dict=full)
         self.tokenizer.save_pretrained(directory)
-        self._collective(self.worker.save_optimizer, directory)
         state = {"num_updates": self.num_updates, "shards": self.worker.shard.world}
         (directory / "policy_state.json").write_text(json.dumps(state))
 
@@ -302,10 +400,11 @@ class ShardedPolicy(Policy):
         directory = Path(directory)
         state = json.loads((directory / "policy_state.json").read_text())
         saved_shards(directory)  # a missing optimizer state ends here, before any rank loads
+        full = with_tied_keys(self.worker.model, load_file(str(directory / "model.safetensors")))
         self._send("load", str(directory), state["num_updates"])
-        self._load_weights(directory)
-        full = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self._collective(self.worker.load, directory, full)
+        if self.engine is not None:
+            self._collective(self.worker.sync_engine, self.engine)
         self.num_updates = self.worker.num_updates = int(state["num_updates"])
 
     def close(self) -> None:

@@ -68,9 +68,10 @@ def init_shard_group(
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's repeated blocks, by the class names transformers marks as never to be split."""
+    """The model's repeated blocks, by the class names transformers marks as never to be split
+    (also once sharded: FSDP gives each sharded module a subclass of its class)."""
     names = set(getattr(model, "_no_split_modules", None) or ())
-    return [m for m in model.modules() if type(m).__name__ in names]
+    return [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
 
 
 def shard_model(model: torch.nn.Module, *, compute_dtype: torch.dtype | None = None):
@@ -141,7 +142,7 @@ def load_full_weights(model: torch.nn.Module, full: dict[str, torch.Tensor]) -> 
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_model_state_dict(model, full, options=options)
+    set_model_state_dict(model, dict(full), options=options)  # it rewrites the dict it is given
 
 
 def share_from_rank0(value: object) -> object:
@@ -190,10 +191,131 @@ def total_norm(norm: torch.Tensor) -> float:
     return float(full() if full is not None else norm)
 
 
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter and buffer in full, on every rank (a collective: all ranks call it)."""
-    out = {}
-    for key, value in model.state_dict().items():
-        full = getattr(value, "full_tensor", None)
-        out[key] = (full() if full is not None else value).detach().cpu().clone()
+def full_state_on_rank0(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer in full, on the CPU of rank 0 (`{}` on the other ranks), gathered
+    one tensor at a time (a collective: all ranks call it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options)
+
+
+def gathered_layers(
+    model: torch.nn.Module, dtype: torch.dtype
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """The model's parameters in full and in `dtype`, a part at a time: each decoder layer's, then
+    the rest (embeddings, final norm, head). Cast before the gather, so no float32 copy of a layer
+    is made. A collective: every rank iterates to the end, and every rank gets each part."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    in_layers: set[int] = set()
+    for layer in decoder_layers(model):
+        params = list(layer.parameters())
+        in_layers.update(id(p) for p in params)
+        yield [(names[id(p)], _full(p, dtype)) for p in params]
+    yield [(n, _full(p, dtype)) for n, p in model.named_parameters() if id(p) not in in_layers]
+
+
+def _full(param: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    local = param.detach().to(dtype)
+    full = getattr(local, "full_tensor", None)
+    return full() if full is not None else local
+
+
+def _tied_names(model: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter the model holds under more than one (a tied output head),
+    in the model's order."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
+
+
+def with_tied_keys(
+    model: torch.nn.Module, state: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """`state` (as transformers saves it: a tied output head left out) with every name of a tied
+    parameter present, as the model's state dict has them."""
+    out = dict(state)
+    for group in _tied_names(model):
+        present = [n for n in group if n in out]
+        for name in group:
+            if name not in out and present:
+                out[name] = out[present[0]]
     return out
+
+
+def without_tied_keys(
+    model: torch.nn.Module, state: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """`state` with a tied parameter under its first name only, as transformers saves it."""
+    drop = {name for group in _tied_names(model) for name in group[1:]}
+    return {k: v for k, v in state.items() if k not in drop}
+
+
+class Lockstep:
+    """A sharded model called so that every rank of its group runs each forward together.
+
+    An FSDP forward gathers every layer from all ranks, so a rank may start one only when every
+    other rank does. Before each forward a rank says so (an all-reduce of 1); a rank that has run
+    out of work waits in `drain`, answering each round with a forward on one pad token, until a
+    round in which no rank asked (each rank then leaves `drain`). Ranks with different amounts of
+    work (prompts, response lengths, early stops) stay in step without knowing each other's plans.
+    Anything else is read from the model itself.
+    """
+
+    def __init__(self, model: torch.nn.Module, shard: ShardRank, *, pad_id: int) -> None:
+        self.model, self.shard, self.pad_id = model, shard, pad_id
+        self._device = next(model.parameters()).device
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def _round(self, wants: int) -> bool:
+        flag = torch.tensor([wants], dtype=torch.int64, device=self._device)
+        dist.all_reduce(flag)
+        return int(flag.item()) > 0
+
+    def __call__(self, *args, **kwargs):
+        self._round(1)
+        return self.model(*args, **kwargs)
+
+    def drain(self) -> None:
+        """Serve the other ranks' forwards until none is left (no grad: the results are unused)."""
+        ids_11 = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self._device)
+        with torch.no_grad():
+            while self._round(0):
+                self.model(input_ids=ids_11, use_cache=False, logits_to_keep=1)
+        reshard(self.model)
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Every FSDP module back to its shards. A forward without gradients leaves the root's
+    parameters gathered (FSDP keeps them for a backward that never comes), and while they are,
+    `model.parameters()` names the full tensors, which receive no gradient: a gradient norm taken
+    over them misses the root's share (embeddings, final norm, head)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def even_slices(count: int, world: int) -> list[slice]:
+    """`count` items in `world` contiguous parts whose sizes differ by at most one (earlier parts
+    take the remainder)."""
+    base, extra = divmod(count, world)
+    out, start = [], 0
+    for r in range(world):
+        stop = start + base + (1 if r < extra else 0)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
+def gather_on_rank0(items: list, shard: ShardRank) -> list:
+    """Every rank's `items`, concatenated in rank order, on rank 0 (`[]` on the others)."""
+    if not shard.sharded:
+        return items
+    parts: list[list | None] | None = [None] * shard.world if shard.rank == 0 else None
+    dist.gather_object(items, parts, dst=0)
+    return [x for part in parts or [] for x in (part or [])]
