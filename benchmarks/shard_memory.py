@@ -1,9 +1,9 @@
 """Memory and time of one policy's update at K = 1 and K = 2 or 4 ranks (FSDP2, gloo, CPU).
 
 A SmolLM2-135M- or 360M-sized Llama built from its config (random weights, nothing downloaded),
-float32 master weights, AdamW; at K = 2 each rank builds its shards from the config (as a sharded
-policy does) and rank 0 keeps its full model (the sampling copy), unless `--no-full-copy`. For each
-K, every rank reports the bytes it holds of the parameters, the gradients and the AdamW state (its
+float32 master weights, AdamW; at K = 2 or 4 each rank builds its shards from the config and rank 0
+fills them from its full model, which it then lets go (as a sharded policy does). For each K,
+every rank reports the bytes it holds of the parameters, the gradients and the AdamW state (its
 local shards, after an update), its peak resident memory, and the time of an update of the same
 batch (the second of two, after a warm-up). K = 1 is the unsharded update `models.N.shards: 1`
 runs.
@@ -104,22 +104,20 @@ def _local_bytes(tensors) -> int:
     return total
 
 
-def build(shard: ShardRank, size: str, keep_full: bool) -> torch.nn.Module:
+def build(shard: ShardRank, size: str) -> torch.nn.Module:
     """As a policy builds: unsharded, the model; sharded, each rank its shards from the config,
-    filled from rank 0's full model, which rank 0 keeps (its sampling copy) with `keep_full`."""
+    filled from rank 0's full model, which rank 0 then lets go."""
     if not shard.sharded:
         return smollm2_sized(size)
     full = smollm2_sized(size) if shard.rank == 0 else None
     model = build_sharded(smollm2_config(size), shard, device="cpu", compute_dtype=None)
     load_full_weights(model, full.state_dict() if full is not None else {})
-    if keep_full:
-        build.kept = full  # type: ignore[attr-defined]
     return model
 
 
-def measure(shard: ShardRank, threads: int, size: str = "135m", keep_full: bool = True) -> dict:
+def measure(shard: ShardRank, threads: int, size: str = "135m") -> dict:
     torch.set_num_threads(threads)
-    model = build(shard, size, keep_full)
+    model = build(shard, size)
     built_rss = _rss_mib()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)
@@ -148,10 +146,10 @@ def measure(shard: ShardRank, threads: int, size: str = "135m", keep_full: bool 
     }
 
 
-def _rank(rank: int, world: int, init: str, out: str, threads: int, size: str, keep: bool) -> None:
+def _rank(rank: int, world: int, init: str, out: str, threads: int, size: str) -> None:
     shard = init_shard_group(rank, world, init_method=init, timeout_s=1800)
     try:
-        result = measure(shard, threads, size, keep)
+        result = measure(shard, threads, size)
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
@@ -161,9 +159,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="threads of the K=1 update")
     parser.add_argument("--size", choices=sorted(SIZES), default="135m")
-    parser.add_argument(
-        "--no-full-copy", action="store_true", help="rank 0 drops its full model once sharded"
-    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[2], help="K values (powers of 2)")
     args = parser.parse_args()
     one = measure(UNSHARDED, args.threads, args.size)
@@ -172,7 +167,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             init = f"file://{Path(tmp) / 'rendezvous'}"
             threads = max(1, args.threads // world)
-            spawn_args = (world, init, tmp, threads, args.size, not args.no_full_copy)
+            spawn_args = (world, init, tmp, threads, args.size)
             mp.spawn(_rank, args=spawn_args, nprocs=world, join=True)
             sharded[world] = [
                 json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)
