@@ -63,7 +63,7 @@ def test_a_sharded_policy_trains_and_checkpoints_as_one_rank(one_and_two):
     files = sorted(p.name for p in (checkpoint / "llama" / "optimizer").iterdir())
     assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     state = json.loads((checkpoint / "llama" / "policy_state.json").read_text())
-    assert state == {"num_updates": 6, "shards": 2}
+    assert state == {"num_updates": 6, "shards": 2, "precision": {"skipped_steps": 0}}
     loaded = AutoModelForCausalLM.from_pretrained(checkpoint / "llama").state_dict()
     assert all(torch.equal(loaded[k], two[k]) for k in two)
     assert two.keys() == one.keys()  # a tied head saved once, as transformers saves it
@@ -311,3 +311,25 @@ def test_ranks_the_ray_cluster_cannot_place_end_the_start_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "run.ray_strategy: the Ray cluster could not place llama (2 actors, STRICT_PACK" in err
     assert "'GPU': 1" in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_float16_compute_with_shards_trains_and_resumes_bit_for_bit(tmp_path):
+    """`dtype: float16` over float32 shards: 3 GRPO steps with the loss scaler, whose state is in
+    the checkpoint; resumed from step 2, step 3 lands on the same weights bit for bit."""
+    import shutil
+
+    from graft.cli import main
+
+    sets = ["models.0.shards=2", "models.0.dtype=float16"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert main(_train_args(straight, *sets)) == 0
+    state = json.loads((straight / "checkpoints/step_000002/llama/policy_state.json").read_text())
+    assert state["precision"]["scaler"]["scale"] > 0
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(resumed / "checkpoints" / "step_000003")
+    assert main(["train", "--resume", str(resumed)]) == 0
+    want, got = _weights(straight), _weights(resumed)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert _relative(want, _weights(straight, step=2)) > 0  # step 3 moved the weights

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,6 +133,64 @@ def test_two_ranks_give_the_weights_of_one(tmp_path):
     assert moved > 1e-3  # the three steps moved the weights, or equality proves nothing
 
 
+def _overflow_rank(rank: int, world: int, init: str, out: str) -> None:
+    """float16 compute over float32 shards: one update with an overflow in rank 1's own shard of
+    one gradient alone (where no reduction carries it to rank 0), then one without."""
+    from graft.models.precision import Precision
+
+    torch.set_num_threads(1)
+    shard = init_shard_group(rank, world, init_method=init, timeout_s=120)
+    try:
+        model = _model()
+        groups = _batches(model)[0]
+        shard_model(model, compute_dtype=torch.float16)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        precision = Precision("float16", "float32", sharded=True)
+        unscale, armed = precision.unscale, [True]
+
+        def overflow_on_rank1(optimizer):
+            if rank == 1 and armed[0]:
+                next(model.parameters()).grad.to_local().view(-1)[0] = float("inf")
+            unscale(optimizer)
+
+        precision.unscale = overflow_on_rank1
+        algo = AlgoConfig(micro_batch_size=4, minibatches=1)
+        s = UpdateSettings.from_config(algo, RolloutConfig(max_new_tokens=16), OptimConfig())
+        before, scale = full_state_on_rank0(model), precision.scaler.get_scale()
+        first = train_on_batch(model, opt, groups, s, pad_id=0, precision=precision, shard=shard)
+        after_first, halved = full_state_on_rank0(model), precision.scaler.get_scale()
+        armed[0] = False
+        second = train_on_batch(model, opt, groups, s, pad_id=0, precision=precision, shard=shard)
+        moved = full_state_on_rank0(model)
+        result = {
+            "skipped": [first["optim/skipped_steps"], second["optim/skipped_steps"]],
+            "scales": [scale, halved],
+            "unchanged": all(torch.equal(before[k], after_first[k]) for k in before),
+            "moved": any(not torch.equal(before[k], moved[k]) for k in before),
+        }
+        gathered = [None] * world
+        dist.all_gather_object(gathered, result)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+def test_float16_ranks_skip_an_overflowed_step_together(tmp_path):
+    """An overflow that only rank 1's shard holds makes every rank skip that step and halve its
+    loss scale (FSDP's ShardedGradScaler agrees across ranks; a per-rank scaler would let rank 0
+    step alone); the next step is taken by all."""
+    out = tmp_path / "ranks.json"
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(_overflow_rank, args=(2, init, str(out)), nprocs=2, join=True)
+    ranks = json.loads(out.read_text())
+    assert [r["skipped"] for r in ranks] == [[1.0, 0.0], [1.0, 0.0]]
+    assert [r["scales"] for r in ranks] == [[65536.0, 32768.0]] * 2
+    assert ranks[0]["unchanged"] and ranks[0]["moved"]
+
+
 def test_what_a_sharded_policy_does_not_support_yet_is_refused_in_one_line():
     from graft.config import Config, ConfigError, load_config
 
@@ -139,7 +198,7 @@ def test_what_a_sharded_policy_does_not_support_yet_is_refused_in_one_line():
     for extra, what in (
         (["run.backend=inprocess"], "run.backend=inprocess"),
         (["models.0.lora.r=4"], "LoRA adapters"),
-        (["models.0.dtype=float16"], "dtype float16/float32"),
+        (["models.0.dtype=bfloat16", "models.0.param_dtype=bfloat16"], "param_dtype bfloat16"),
     ):
         with pytest.raises(ConfigError, match=rf"models\.0\.shards: .*does not support {what}"):
             load_config(Config, "configs/grpo_tiny.yaml", [*base, *extra])

@@ -295,9 +295,9 @@ def _check_shards(cfg: Config, m: ModelConfig, key: str) -> None:
         (m.lora.r == 0 and not m.adapter, "LoRA adapters",
          "FSDP over a peft-wrapped model (sharding trainable adapters beside frozen base weights) "
          "is not built or tested"),
-        (m.dtype != "float16" and m.param_dtype == "float32", f"dtype {m.dtype}/{m.param_dtype}",
-         "float16 needs a loss scaler whose overflow checks agree across ranks, and the shards "
-         "are float32 master weights; use dtype bfloat16 or float32"),
+        (m.param_dtype == "float32", f"param_dtype {m.param_dtype}",
+         "the shards are the float32 master weights, which FSDP casts to models.N.dtype for "
+         "every forward; leave param_dtype at float32"),
     ]  # fmt: skip
     for ok, what, why in unsupported:
         _check(

@@ -15,7 +15,9 @@ an explicit opt-in that warns (`low_precision_warning`).
 float16 compute with float32 master weights uses a dynamic loss scaler (`torch.amp.GradScaler`):
 the loss is scaled before backward, the gradients unscaled before clipping, and a step whose
 gradients overflowed is skipped (and counted) while the scale backs off. Its state is part of a
-checkpoint, so resume is exact.
+checkpoint, so resume is exact. A sharded policy casts through FSDP's mixed-precision policy
+instead of autocast (`sharded=True`), and its scaler agrees across ranks on whether a step
+overflowed (FSDP's `ShardedGradScaler`: every rank skips the same steps).
 """
 
 from __future__ import annotations
@@ -47,19 +49,33 @@ class Precision:
     """One policy's compute dtype (autocast), stored dtype, and loss scaler (float16 compute over
     float32 weights only)."""
 
-    def __init__(self, compute: str = "float32", params: str = "float32", *, device: Any = "cpu"):
+    def __init__(
+        self,
+        compute: str = "float32",
+        params: str = "float32",
+        *,
+        device: Any = "cpu",
+        sharded: bool = False,
+    ):
         if compute not in DTYPES or params not in DTYPES:
             raise ValueError(f"unknown dtype: compute {compute!r}, params {params!r}")
-        self.compute, self.params = compute, params
+        self.compute, self.params, self.sharded = compute, params, sharded
         self.device_type = torch.device(device).type
-        scaled = compute == "float16" and params == "float32"
-        self.scaler = torch.amp.GradScaler(self.device_type) if scaled else None
+        self.scaler: Any = None
+        if compute == "float16" and params == "float32":
+            if sharded:
+                from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+                self.scaler = ShardedGradScaler(self.device_type)
+            else:
+                self.scaler = torch.amp.GradScaler(self.device_type)
         self.skipped_steps = 0
 
     @property
     def autocasts(self) -> bool:
-        """Whether forward passes run in another dtype than the weights are stored in."""
-        return self.compute != self.params
+        """Whether forward passes run under autocast in another dtype than the weights are
+        stored in (never sharded: FSDP casts)."""
+        return self.compute != self.params and not self.sharded
 
     def forward(self) -> contextlib.AbstractContextManager:
         """The context forward passes run in (autocast to the compute dtype, or nothing)."""

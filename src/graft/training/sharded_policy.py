@@ -100,7 +100,9 @@ class ShardWorker:
             eps=o.eps,
             weight_decay=o.weight_decay,
         )
-        self.precision = Precision()  # FSDP's mixed-precision policy casts; no autocast on top
+        # FSDP's mixed-precision policy casts (no autocast on top); float16 scales the loss with
+        # a scaler whose overflow checks agree across ranks.
+        self.precision = Precision(m.dtype, m.param_dtype, device=device, sharded=True)
         self.num_updates = 0
         self.pad_id = int(config.pad_token_id)
 
@@ -173,11 +175,14 @@ class ShardWorker:
         dcp.save({"optimizer": state}, checkpoint_id=str(directory / OPTIMIZER_DIR))
         return full_state_on_rank0(self.model)
 
-    def load(self, directory: Path, full: dict[str, torch.Tensor]) -> None:
+    def load(self, directory: Path, full: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
         """The weights from rank 0's full state dict (broadcast), this rank's part of the AdamW
-        state from a checkpoint written at any K (`graft.training.optim_state`)."""
+        state from a checkpoint written at any K (`graft.training.optim_state`), and the
+        update count and loss scaler of its `policy_state.json` (`state`)."""
         load_full_weights(self.model, full)
         load_into_sharded(directory, self.model, self.optimizer, rank=self.shard.rank)
+        self.num_updates = int(state["num_updates"])
+        self.precision.load_state_dict(state.get("precision", {}))
 
 
 def serve_rank(worker: ShardWorker, call: tuple) -> bool:
@@ -194,8 +199,7 @@ def serve_rank(worker: ShardWorker, call: tuple) -> bool:
     elif kind == "save":
         worker.save(Path(call[1]))
     elif kind == "load":
-        worker.load(Path(call[1]), {})
-        worker.num_updates = int(call[2])
+        worker.load(Path(call[1]), {}, call[2])
         if worker.feeds_engine:
             worker.sync_engine(None)
     return kind != "close"
@@ -393,7 +397,11 @@ class ShardedPolicy(Policy):
         full = without_tied_keys(self.worker.model, full)
         self.worker.model.save_pretrained(directory, state_dict=full)
         self.tokenizer.save_pretrained(directory)
-        state = {"num_updates": self.num_updates, "shards": self.worker.shard.world}
+        state = {
+            "num_updates": self.num_updates,
+            "shards": self.worker.shard.world,
+            "precision": self.worker.precision.state_dict(),
+        }
         (directory / "policy_state.json").write_text(json.dumps(state))
 
     def load(self, directory: str | Path) -> None:
@@ -401,11 +409,11 @@ class ShardedPolicy(Policy):
         state = json.loads((directory / "policy_state.json").read_text())
         saved_shards(directory)  # a missing optimizer state ends here, before any rank loads
         full = with_tied_keys(self.worker.model, load_file(str(directory / "model.safetensors")))
-        self._send("load", str(directory), state["num_updates"])
-        self._collective(self.worker.load, directory, full)
+        self._send("load", str(directory), state)
+        self._collective(self.worker.load, directory, full, state)
         if self.engine is not None:
             self._collective(self.worker.sync_engine, self.engine)
-        self.num_updates = self.worker.num_updates = int(state["num_updates"])
+        self.num_updates = self.worker.num_updates
 
     def close(self) -> None:
         if getattr(self, "worker", None) is not None:
