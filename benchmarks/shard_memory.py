@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 from common import process_peak_rss_mib
 
 from graft.config import AlgoConfig, OptimConfig, RolloutConfig
+from graft.models.modeling import checkpoint_layers
 from graft.training.shards import (
     UNSHARDED,
     ShardRank,
@@ -104,24 +105,28 @@ def _local_bytes(tensors) -> int:
     return total
 
 
-def build(shard: ShardRank, size: str) -> torch.nn.Module:
+def build(shard: ShardRank, size: str, recompute: bool = False) -> torch.nn.Module:
     """As a policy builds: unsharded, the model; sharded, each rank its shards from the config,
-    filled from rank 0's full model, which rank 0 then lets go."""
+    filled from rank 0's full model, which rank 0 then lets go. `recompute`: activation
+    checkpointing (`models.N.activation_checkpointing`)."""
     if not shard.sharded:
-        return smollm2_sized(size)
+        model = smollm2_sized(size)
+        return checkpoint_layers(model) if recompute else model
     full = smollm2_sized(size) if shard.rank == 0 else None
-    model = build_sharded(smollm2_config(size), shard, device="cpu", compute_dtype=None)
+    config = smollm2_config(size)
+    model = build_sharded(config, shard, device="cpu", compute_dtype=None, recompute=recompute)
     load_full_weights(model, full.state_dict() if full is not None else {})
     return model
 
 
-def measure(shard: ShardRank, threads: int, size: str = "135m") -> dict:
+def measure(shard: ShardRank, threads: int, size: str = "135m", recompute: bool = False) -> dict:
     torch.set_num_threads(threads)
-    model = build(shard, size)
+    model = build(shard, size, recompute)
     built_rss = _rss_mib()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)
-    algo = AlgoConfig(micro_batch_size=4, minibatches=1)
+    # With recomputation a policy's update runs each sequence whole (PolicySpec.update_settings).
+    algo = AlgoConfig(micro_batch_size=4, minibatches=1, share_prompts=not recompute)
     settings = UpdateSettings.from_config(algo, RolloutConfig(max_new_tokens=32), OptimConfig())
     groups = batch()
     times = []
@@ -146,10 +151,10 @@ def measure(shard: ShardRank, threads: int, size: str = "135m") -> dict:
     }
 
 
-def _rank(rank: int, world: int, init: str, out: str, threads: int, size: str) -> None:
+def _rank(rank: int, world: int, init: str, out: str, threads: int, size: str, re: bool) -> None:
     shard = init_shard_group(rank, world, init_method=init, timeout_s=1800)
     try:
-        result = measure(shard, threads, size)
+        result = measure(shard, threads, size, re)
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
@@ -160,14 +165,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="threads of the K=1 update")
     parser.add_argument("--size", choices=sorted(SIZES), default="135m")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2], help="K values (powers of 2)")
+    parser.add_argument(
+        "--recompute", action="store_true", help="activation checkpointing, at every K"
+    )
     args = parser.parse_args()
-    one = measure(UNSHARDED, args.threads, args.size)
+    one = measure(UNSHARDED, args.threads, args.size, args.recompute)
     sharded: dict[int, list[dict]] = {}
     for world in args.ranks:
         with tempfile.TemporaryDirectory() as tmp:
             init = f"file://{Path(tmp) / 'rendezvous'}"
             threads = max(1, args.threads // world)
-            spawn_args = (world, init, tmp, threads, args.size)
+            spawn_args = (world, init, tmp, threads, args.size, args.recompute)
             mp.spawn(_rank, args=spawn_args, nprocs=world, join=True)
             sharded[world] = [
                 json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)

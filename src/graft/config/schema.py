@@ -173,6 +173,10 @@ class ModelConfig:
     unset; the run starts from its weights with a fresh optimizer. Empty: none."""
     zero_contrast: ZeroContrastConfig = field(default_factory=ZeroContrastConfig)
     """What happens to this policy's groups without reward contrast: keep, drop or resample."""
+    activation_checkpointing: bool = False
+    """Keep only each decoder layer's input for the backward pass and run the layer again there
+    (torch.utils.checkpoint): the update holds far fewer activations per micro-batch, at the cost
+    of one more forward of every layer. The gradients are those without it."""
     shards: int = 1
     """Ranks this policy's update runs on (PyTorch FSDP2: parameters, gradients and AdamW state
     split K ways; gloo on CPU, NCCL on GPU), in the worker-process backend (child processes; on

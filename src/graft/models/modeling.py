@@ -257,3 +257,29 @@ def score_sequences(
         for row, i in enumerate(idx):
             out[i] = tuple(logp_BT[row, : len(responses[i])].tolist())
     return out
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks, by the class names transformers marks as never to be split
+    (also once sharded: FSDP gives each sharded module a subclass of its class)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
+
+
+def checkpoint_layers(model: torch.nn.Module) -> torch.nn.Module:
+    """Activation checkpointing: each decoder layer keeps only its input for the backward pass and
+    runs its forward again there (torch.utils.checkpoint, non-reentrant), whatever the module's
+    train/eval mode. The gradients are those without it; a forward without gradients (sampling,
+    scoring) runs as before."""
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in decoder_layers(model):
+        forward = layer.forward
+
+        def recomputed(*args, _forward=forward, **kwargs):
+            if not torch.is_grad_enabled():
+                return _forward(*args, **kwargs)
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = recomputed
+    return model

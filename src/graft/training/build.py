@@ -5,6 +5,7 @@ policy and, for `rollout.engine=vllm`, the sampling engine. `Policy` holds what 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from graft.models.lora import (
     load_adapter,
     lora_enabled,
 )
+from graft.models.modeling import checkpoint_layers
 from graft.models.precision import Precision, low_precision_warning
 from graft.seeds import derive_seed
 from graft.training.update import UpdateSettings
@@ -55,10 +57,16 @@ class PolicySpec:
     those of `algo`, `rollout` and the model's optimizer, without an exchange's settings."""
 
     def update_settings(self) -> UpdateSettings:
-        """The settings this policy's update runs with."""
-        if self.update is not None:
-            return self.update
-        return UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
+        """The settings this policy's update runs with. With activation checkpointing its forward
+        runs each sequence whole: the shared-prompt forward extends a KV cache inside every
+        layer, which a recomputed layer would extend a second time (sampling and scoring, without
+        gradients, still share prompts)."""
+        settings = self.update
+        if settings is None:
+            settings = UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
+        if self.model.activation_checkpointing:
+            settings = dataclasses.replace(settings, share_prompts=False)
+        return settings
 
 
 @dataclass
@@ -105,6 +113,8 @@ def build_parts(spec: PolicySpec) -> PolicyParts:
             if adapter is not None
             else copy.deepcopy(model).requires_grad_(False)
         )
+    if m.activation_checkpointing:  # after the reference's copy, which must run its own layers
+        checkpoint_layers(model)
     o = m.optim
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],

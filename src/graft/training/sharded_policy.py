@@ -85,7 +85,13 @@ class ShardWorker:
     ) -> None:
         self.spec, self.shard = spec, shard
         m = spec.model
-        self.model = build_sharded(config, shard, device=device, compute_dtype=DTYPES[m.dtype])
+        self.model = build_sharded(
+            config,
+            shard,
+            device=device,
+            compute_dtype=DTYPES[m.dtype],
+            recompute=m.activation_checkpointing,
+        )
         load_full_weights(self.model, full)
         self.ref_model: torch.nn.Module | None = None
         if spec.algo.kl_coef > 0:  # the KL term's frozen reference: the starting weights, sharded

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from graft.models.modeling import checkpoint_layers, decoder_layers
+
 DEFAULT_TIMEOUT_S = 300.0
 """Every collective of a shard group gives up after this long: a dead rank ends the run, never
 hangs it."""
@@ -65,13 +67,6 @@ def init_shard_group(
         timeout=datetime.timedelta(seconds=timeout_s),
     )
     return ShardRank(rank, world)
-
-
-def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's repeated blocks, by the class names transformers marks as never to be split
-    (also once sharded: FSDP gives each sharded module a subclass of its class)."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    return [m for m in model.modules() if any(c.__name__ in names for c in type(m).__mro__)]
 
 
 def shard_model(model: torch.nn.Module, *, compute_dtype: torch.dtype | None = None):
@@ -117,17 +112,24 @@ def _parameters_on_meta() -> Iterator[None]:
 
 
 def build_sharded(
-    config, shard: ShardRank, *, device: str | torch.device, compute_dtype: torch.dtype | None
+    config,
+    shard: ShardRank,
+    *,
+    device: str | torch.device,
+    compute_dtype: torch.dtype | None,
+    recompute: bool = False,
 ) -> torch.nn.Module:
     """The architecture of `config`, sharded, holding only this rank's shards of the float32
     master weights: built on the meta device, sharded, then given storage for its shards alone
     (their values still unset: `load_full_weights`). Peak memory is one parameter, never the
-    model."""
+    model. `recompute`: activation checkpointing of every decoder layer (`checkpoint_layers`)."""
     from transformers import AutoModelForCausalLM
 
     with _parameters_on_meta():
         model = AutoModelForCausalLM.from_config(config).to(torch.float32)
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    if recompute:
+        checkpoint_layers(model)
     shard_model(model, compute_dtype=compute_dtype)
     model.to_empty(device=device)  # this rank's shards of the parameters; buffers too
     with torch.no_grad():
