@@ -63,9 +63,6 @@ class RowDraws:
     def __init__(self, row_seeds: Sequence[int]) -> None:
         self._streams = [random.Random(int(s)) for s in row_seeds]
 
-    def __len__(self) -> int:
-        return len(self._streams)
-
     def next(self, device: torch.device | str) -> torch.Tensor:
         """u_B in [0, 1), float64: the next uniform of every row."""
         return torch.tensor([s.random() for s in self._streams], dtype=torch.float64).to(device)
