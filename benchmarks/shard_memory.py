@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 from common import process_peak_rss_mib
 
 from graft.config import AlgoConfig, OptimConfig, RolloutConfig
-from graft.models.modeling import checkpoint_layers
+from graft.models.modeling import checkpoint_layers, head_gradients_in_place
 from graft.training.shards import (
     UNSHARDED,
     ShardRank,
@@ -110,7 +110,7 @@ def build(shard: ShardRank, size: str, recompute: bool = False) -> torch.nn.Modu
     filled from rank 0's full model, which rank 0 then lets go. `recompute`: activation
     checkpointing (`models.N.activation_checkpointing`)."""
     if not shard.sharded:
-        model = smollm2_sized(size)
+        model = head_gradients_in_place(smollm2_sized(size))  # as build_parts does
         return checkpoint_layers(model) if recompute else model
     full = smollm2_sized(size) if shard.rank == 0 else None
     config = smollm2_config(size)

@@ -283,3 +283,47 @@ def checkpoint_layers(model: torch.nn.Module) -> torch.nn.Module:
 
         layer.forward = recomputed
     return model
+
+
+class _WholeGradient(torch.autograd.Function):
+    """The identity on a weight, whose backward hands autograd the gradient's own tensor where the
+    gradient arrives as a view aliasing all of it. `F.linear`'s weight gradient is such a view
+    (transposed twice over its matmul's result); autograd may not add into a view in place, so
+    where that weight is also used elsewhere (an embedding tied to the head) the two gradients
+    were summed into a third tensor: one more vocabulary-sized matrix at the end of every
+    backward pass. Same values, same memory; only the aliasing changes."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor) -> torch.Tensor:
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        base = grad._base
+        if (
+            base is not None
+            and base.shape == grad.shape
+            and base.stride() == grad.stride()
+            and base.storage_offset() == grad.storage_offset()
+            and base.dtype == grad.dtype
+        ):
+            return base
+        return grad
+
+
+class HeadLinear(torch.nn.Linear):
+    """`nn.Linear` whose weight gradient accumulates in place (`_WholeGradient`)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        weight = _WholeGradient.apply(self.weight) if torch.is_grad_enabled() else self.weight
+        return torch.nn.functional.linear(input, weight, self.bias)
+
+
+def head_gradients_in_place(model: torch.nn.Module) -> torch.nn.Module:
+    """The output head (a plain `nn.Linear`) as a `HeadLinear`: same parameters, state dict and
+    outputs; with a tied embedding, one vocabulary-sized matrix less at the peak of a backward
+    pass."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if type(head) is torch.nn.Linear:
+        head.__class__ = HeadLinear
+    return model

@@ -28,7 +28,7 @@ from graft.models.lora import (
     load_adapter,
     lora_enabled,
 )
-from graft.models.modeling import checkpoint_layers
+from graft.models.modeling import checkpoint_layers, head_gradients_in_place
 from graft.models.precision import Precision, low_precision_warning
 from graft.seeds import derive_seed
 from graft.training.update import UpdateSettings
@@ -115,6 +115,7 @@ def build_parts(spec: PolicySpec) -> PolicyParts:
         )
     if m.activation_checkpointing:  # after the reference's copy, which must run its own layers
         checkpoint_layers(model)
+    head_gradients_in_place(model)
     o = m.optim
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],

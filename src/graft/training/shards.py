@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from graft.models.modeling import checkpoint_layers, decoder_layers
+from graft.models.modeling import checkpoint_layers, decoder_layers, head_gradients_in_place
 
 DEFAULT_TIMEOUT_S = 300.0
 """Every collective of a shard group gives up after this long: a dead rank ends the run, never
@@ -130,6 +130,7 @@ def build_sharded(
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     if recompute:
         checkpoint_layers(model)
+    head_gradients_in_place(model)
     shard_model(model, compute_dtype=compute_dtype)
     model.to_empty(device=device)  # this rank's shards of the parameters; buffers too
     with torch.no_grad():
