@@ -233,6 +233,38 @@ def test_each_rank_builds_from_its_own_share_and_device():
     assert rank_spec(dataclasses.replace(spec, threads=0), 1).threads == 0
 
 
+def test_rank_0_reads_the_whole_model_into_host_memory_only_once():
+    """reading_spec: rank 0's one full read of the model (to fill the shards) goes to host
+    memory, never to its device, and makes no KL reference copy nor checkpointed layers; every
+    other setting is the policy's."""
+
+    from graft.config import Config, load_config
+    from graft.training.policy import PolicySpec
+    from graft.training.sharded_policy import rank_spec, reading_spec
+
+    sets = ["models.0.shards=2", "models.0.device=cuda:1", "algo.kl_coef=0.1"]
+    cfg = load_config(
+        Config, "configs/grpo_tiny.yaml", [*sets, "models.0.activation_checkpointing=true"]
+    )
+    spec = rank_spec(
+        PolicySpec(model=cfg.models[0], rollout=cfg.rollout, algo=cfg.algo, seed=3, threads=4), 0
+    )
+    read = reading_spec(spec)
+    assert (read.model.device, read.algo.kl_coef, read.model.activation_checkpointing) == (
+        "cpu",
+        0.0,
+        False,
+    )
+    assert (read.rollout, read.seed, read.threads) == (spec.rollout, spec.seed, spec.threads)
+    assert (read.model.path, read.model.shards, read.model.optim, read.model.dtype) == (
+        spec.model.path,
+        spec.model.shards,
+        spec.model.optim,
+        spec.model.dtype,
+    )
+    assert spec.model.device == "cuda:1" and spec.algo.kl_coef == 0.1  # the policy's own
+
+
 def _build_rank(rank: int, world: int, init: str, out: str) -> None:
     """Rank `rank`: build the model sharded from its config, fill it from rank 0's weights."""
     from graft.training.shards import build_sharded, load_full_weights, share_from_rank0

@@ -5,7 +5,8 @@ The policy's worker (a process, or a Ray actor) is rank 0. Ranks 1..K-1 are its 
 `RankLink` methods); all K join one process group (graft.training.shards). Every rank holds the
 FSDP2-sharded model and its 1/K of the AdamW state, built from the model's config on the meta
 device (never the whole model) and filled from rank 0's weights one tensor at a time. Rank 0 reads
-the model once to fill the shards, then lets it go: no rank keeps a full copy.
+the model once, into host memory, to fill the shards, then lets it go: no rank keeps a full copy,
+and no device ever holds one.
 
 Sampling, old log-probs and the scoring of peer responses run on every rank, each on its share of
 the rows, with the forwards kept in step (`Lockstep`); every row draws from its own seeded stream,
@@ -43,6 +44,7 @@ from graft.models.precision import DTYPES, Precision
 from graft.procutil import die_with_parent
 from graft.rollout import Sample, SamplingParams
 from graft.training.build import PolicySpec, resolve_device, set_warmup_lr
+from graft.training.cost import Meter, parameter_count
 from graft.training.optim_state import OPTIMIZER_DIR, load_into_sharded, saved_shards
 from graft.training.policy import Policy, sample_rows, score_rows
 from graft.training.shards import (
@@ -223,6 +225,19 @@ def rank_spec(spec: PolicySpec, rank: int, *, own_device: bool = False) -> Polic
     return dataclasses.replace(spec, threads=threads, model=dataclasses.replace(m, device=device))
 
 
+def reading_spec(spec: PolicySpec) -> PolicySpec:
+    """The spec rank 0 reads the whole model with, once, to fill every rank's shards: into host
+    memory, never onto its device (which holds its shard alone), and without the copies only a
+    training model needs (the KL term's reference: every rank builds its shard of one; activation
+    checkpointing)."""
+    m = spec.model
+    return dataclasses.replace(
+        spec,
+        model=dataclasses.replace(m, device="cpu", activation_checkpointing=False),
+        algo=dataclasses.replace(spec.algo, kl_coef=0.0),
+    )
+
+
 def join_rank(
     rank: int, world: int, spec: PolicySpec, init_method: str, *, own_device: bool = False
 ) -> ShardWorker:
@@ -321,7 +336,10 @@ class ShardedPolicy(Policy):
         init_method: str = "",
     ) -> None:
         world = spec.model.shards
-        super().__init__(rank_spec(spec, 0, own_device=links is not None))
+        mine = rank_spec(spec, 0, own_device=links is not None)
+        super().__init__(reading_spec(mine))
+        self.spec, self.device = mine, resolve_device(mine.model.device)
+        self.meter = Meter(self.device, parameter_count(self.model))
         if links is None:
             init_method = f"tcp://127.0.0.1:{free_port()}"
             links = [ProcessRank(rank, world, spec, init_method) for rank in range(1, world)]
