@@ -151,13 +151,24 @@ def measure(shard: ShardRank, threads: int, size: str = "135m", recompute: bool 
     }
 
 
-def _rank(rank: int, world: int, init: str, out: str, threads: int, size: str, re: bool) -> None:
+def _rank(rank: int, world: int, init: str, out: str, measure, threads: int, args: tuple) -> None:
     shard = init_shard_group(rank, world, init_method=init, timeout_s=1800)
     try:
-        result = measure(shard, threads, size, re)
+        result = measure(shard, threads, *args)
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # leave together: a rank tearing down gloo alone can abort at exit
     finally:
         dist.destroy_process_group()
+
+
+def on_ranks(measure, world: int, threads: int, *args) -> list[dict]:
+    """`measure(shard, threads, *args)` on `world` spawned ranks of one gloo group: each rank's
+    result (a JSON object), in rank order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{Path(tmp) / 'rendezvous'}"
+        spawn_args = (world, init, tmp, measure, threads, args)
+        mp.spawn(_rank, args=spawn_args, nprocs=world, join=True)
+        return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
 
 
 def main() -> None:
@@ -172,14 +183,8 @@ def main() -> None:
     one = measure(UNSHARDED, args.threads, args.size, args.recompute)
     sharded: dict[int, list[dict]] = {}
     for world in args.ranks:
-        with tempfile.TemporaryDirectory() as tmp:
-            init = f"file://{Path(tmp) / 'rendezvous'}"
-            threads = max(1, args.threads // world)
-            spawn_args = (world, init, tmp, threads, args.size, args.recompute)
-            mp.spawn(_rank, args=spawn_args, nprocs=world, join=True)
-            sharded[world] = [
-                json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)
-            ]
+        threads = max(1, args.threads // world)
+        sharded[world] = on_ranks(measure, world, threads, args.size, args.recompute)
     header = (
         "| K | rank | params MB | grads MB | AdamW MB | of K=1's | RSS after build MB "
         "| peak RSS MB | peak of K=1's | update s |"

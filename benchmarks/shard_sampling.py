@@ -15,14 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from shard_memory import SIZES, build
+from shard_memory import SIZES, build, on_ranks
 
 from graft.rollout import SamplingParams, sample
 from graft.seeds import row_seeds
@@ -32,7 +29,6 @@ from graft.training.shards import (
     ShardRank,
     even_slices,
     gather_on_rank0,
-    init_shard_group,
 )
 
 
@@ -63,17 +59,6 @@ def measure(shard: ShardRank, threads: int, size: str, prompts: int, n: int, tok
     return {"world": shard.world, "seconds": max(times, default=0.0), "tokens": samples}
 
 
-def _rank(rank: int, world: int, init: str, out: str, threads: int, args: tuple) -> None:
-    shard = init_shard_group(rank, world, init_method=init, timeout_s=1800)
-    try:
-        result = measure(shard, threads, *args)
-        if rank == 0:
-            Path(out, "result.json").write_text(json.dumps(result))
-        dist.barrier()  # leave together: a rank tearing down gloo alone can abort at exit
-    finally:
-        dist.destroy_process_group()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="threads of K = 1")
@@ -86,11 +71,7 @@ def main() -> None:
     work = (args.size, args.prompts, args.group, args.tokens)
     results = {1: measure(UNSHARDED, args.threads, *work)}
     for world in args.ranks:
-        with tempfile.TemporaryDirectory() as tmp:
-            init = f"file://{Path(tmp) / 'rendezvous'}"
-            threads = max(1, args.threads // world)
-            mp.spawn(_rank, args=(world, init, tmp, threads, work), nprocs=world, join=True)
-            results[world] = json.loads(Path(tmp, "result.json").read_text())
+        results[world] = on_ranks(measure, world, max(1, args.threads // world), *work)[0]
     one = results[1]
     generated = sum(len(t) for t in one["tokens"])
     print("| K | generated tokens | seconds | tokens/s | of K=1's | same tokens as K=1 |")
