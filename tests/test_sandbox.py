@@ -18,7 +18,7 @@ from graft.sandbox.calls import judge_calls, same_value
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
 
-LIMITS = Limits(wall_s=3.0, cpu_s=2, memory_bytes=128 << 20, processes=16, output_bytes=32 << 10)
+LIMITS = Limits(wall_s=3.0, cpu_s=2, memory_bytes=128 << 20, processes=16, stdout_bytes=32 << 10)
 CALLS, EXPECTED = [[2, 3], [10, -4]], [5, 6]
 PORT = "__PORT__"
 SKIPPED_DIRS = {".venv", ".git", "runs", ".ruff_cache", "__pycache__", ".pytest_cache"}
@@ -96,15 +96,17 @@ def test_a_daemonized_grandchild_dies_with_the_run(tmp_path):
     assert outcome.usage["leftover_processes"] == 0 and not canary.exists()
 
 
-def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_run():
+def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_sandbox():
     """A verifier worker killed (for its time limit) while its program runs leaves its memory
-    and pids groups behind; the next sandboxed run removes them, and no other."""
+    and pids groups behind; the next sandbox made removes them (their lock is free), and no
+    other."""
     import signal
     import subprocess
     import sys
     import time
 
-    from graft.sandbox.run import CGROUP_PREFIX, _cgroup_dir
+    from graft.sandbox.cgroups import PREFIX, _pid_namespace
+    from graft.sandbox.run import placement
 
     program = repr("import time\ndef add(a, b):\n    time.sleep(30)")
     script = (
@@ -112,8 +114,8 @@ def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_run():
         f"call_in_sandbox({program}, 'add', [[1, 2]], limits=Limits(wall_s=60.0))"
     )
     worker = subprocess.Popen([sys.executable, "-c", script])
-    parents = [_cgroup_dir("memory"), _cgroup_dir("pids")]
-    mine = f"{CGROUP_PREFIX}{worker.pid}-"
+    parents = placement().parents
+    mine = f"{PREFIX}{_pid_namespace()}-{worker.pid}-"
     deadline = time.monotonic() + 30
     while not all(any(p.glob(mine + "*")) for p in parents):
         assert time.monotonic() < deadline and worker.poll() is None
@@ -122,7 +124,9 @@ def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_run():
     worker.wait()
     time.sleep(0.5)  # its program dies with it (PDEATHSIG), emptying the groups
     assert all(any(p.glob(mine + "*")) for p in parents)  # left behind
-    outcome, returns = call_in_sandbox("def add(a, b):\n    return a + b", "add", CALLS)
+    outcome, returns = call_in_sandbox(
+        "def add(a, b):\n    return a + b", "add", CALLS, limits=Limits(warm=False)
+    )
     assert judge_calls(outcome, returns, EXPECTED)[0]
     assert not any(any(p.glob(mine + "*")) for p in parents)
 

@@ -64,6 +64,20 @@ def tmpfs(target: str, size_bytes: int, inodes: int, mode: str = "1777") -> None
     )
 
 
+SCRATCH = ("/work", "/tmp", "/dev/shm")
+MNT_DETACH = 2
+
+
+def scratch_dirs(root: str, size_bytes: int, inodes: int) -> None:
+    """Fresh, empty size- and file-capped /work, /tmp and /dev/shm under `root` (any earlier
+    ones detached first, with whatever a program left in them)."""
+    for path in SCRATCH:
+        target = root + path
+        if os.path.ismount(target):
+            _check(libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+        tmpfs(target, size_bytes, inodes)
+
+
 def build_root(cfg: dict) -> str:
     root = cfg["root"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host
@@ -71,12 +85,10 @@ def build_root(cfg: dict) -> str:
     for path in cfg["readonly"]:
         if os.path.lexists(path):
             bind_readonly(path, root)
-    scratch = root + "/work"
-    tmpfs(scratch, cfg["scratch_bytes"], cfg["scratch_files"])
-    for name in os.listdir(cfg["files"]):
-        shutil.copyfile(os.path.join(cfg["files"], name), os.path.join(scratch, name))
-    for private in ("/tmp", "/dev/shm"):
-        tmpfs(root + private, cfg["scratch_bytes"], cfg["scratch_files"])
+    scratch_dirs(root, cfg["scratch_bytes"], cfg["scratch_files"])
+    if cfg.get("files"):
+        for name in os.listdir(cfg["files"]):
+            shutil.copyfile(os.path.join(cfg["files"], name), os.path.join(root, "work", name))
     os.makedirs(root + "/dev", exist_ok=True)
     for device in DEVICES:
         open(root + "/dev/" + device, "a").close()

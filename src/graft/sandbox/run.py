@@ -1,17 +1,25 @@
 """Run an untrusted program in a sandbox, and say why it ended (host side).
 
 The program runs in new user, mount, PID, network, IPC and UTS namespaces (`unshare`), in a
-root file system of read-only system directories and a scratch directory capped in size and
-files (`inner.py`), with no capabilities, no network, no controlling terminal and no view of any
-host process. Limits and who enforces them:
-- wall clock: this process SIGKILLs `unshare`, whose PID-1 child dies with it, and the kernel
-  kills everything else in the namespace (daemonized or `setsid` children included): `timeout`;
-- CPU time: RLIMIT_CPU (`timeout`); memory of all its processes together: a memory cgroup
-  (`memory`, read from the cgroup's own OOM counter); processes: a pids cgroup (fork fails);
+root file system of read-only system directories and fresh, size- and file-capped scratch
+directories, with no capabilities, no network, no controlling terminal and no view of any host
+process. It runs as a child of a warm sandbox (`zygote.py`, PID 1 of the namespaces, kept by
+this process between programs: `warm.py`), in its own session and process group. Limits and
+who enforces them:
+- wall clock: this process tells the zygote to kill the program, and kills the whole
+  namespace if it does not answer (`timeout`); when the program ends, every process it left is
+  killed, detached or not;
+- CPU time: RLIMIT_CPU (`timeout`); memory of all its processes together and their number: a
+  memory and a pids cgroup (v2 or v1), or where no cgroup can be made, the zygote's watch and
+  RLIMIT_AS (`cgroups.py`: the tiers); a death by signal is named (`runtime_error`, "killed by
+  SIGSEGV");
 - open files: RLIMIT_NOFILE; file size: RLIMIT_FSIZE and the scratch tmpfs; captured output:
-  counted here, the run killed past it (`output_limit`).
+  counted here per stream, the run killed past a cap (`output_limit`): stdout and the result
+  channels `stdout_bytes` each, stderr `stderr_bytes`.
 The verdict never comes from the program's exit status or output markers: results travel on a
-pipe (fd 3 inside) as JSON and are judged by the caller.
+pipe (fd 3 inside) as JSON and are judged by the caller. A sandbox that cannot start is the
+status `error`, with the reason, never an exception. `unsafe_local` runs the program as a plain
+subprocess instead (no isolation).
 """
 
 from __future__ import annotations
@@ -27,17 +35,19 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from graft.procutil import die_with_parent
+from graft.sandbox.cgroups import Group, Placement, find_placement
+from graft.sandbox.warm import ZYGOTES, StartError, Zygote
 
 INNER = Path(__file__).with_name("inner.py")
 READONLY = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/alternatives")
-STATUSES = ("ok", "timeout", "memory", "output_limit", "runtime_error")
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
+STATUSES = ("ok", "timeout", "memory", "output_limit", "runtime_error", "error")
+PROGRAM_CPU_S = 0.0
+"""CPU seconds of every program this process has run in a sandbox (all their processes)."""
 
 
 @dataclass(frozen=True)
@@ -52,11 +62,19 @@ class Limits:
     file_bytes: int = 8 << 20
     scratch_bytes: int = 16 << 20
     scratch_files: int = 256
-    output_bytes: int = 64 << 10
+    stdout_bytes: int = 1 << 20
+    """Standard output, and each result channel, of one run."""
+    stderr_bytes: int = 64 << 10
     stack_bytes: int = 8 << 20
     unsafe_local: bool = False
     """No namespaces: a plain subprocess in the staged files' directory, with the resource
     limits, the cgroups where they can be made, and the wall clock, but NO isolation."""
+    warm: bool = True
+    """Reuse this process's warm sandboxes; False starts one for this run alone (the cold
+    path, for comparisons)."""
+
+    def cap(self, fd: int) -> int:
+        return self.stderr_bytes if fd == 2 else self.stdout_bytes
 
 
 DEFAULT_LIMITS = Limits()
@@ -95,29 +113,15 @@ def _interpreter() -> tuple[str, str]:
     return exe, os.path.realpath(sys.base_prefix)
 
 
-def _cgroup_dir(controller: str) -> Path | None:
-    """This process's cgroup (v1) for `controller`, when it can hold child groups."""
-    base = _CGROUP_ROOT / controller
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
-        if controller in names.split(","):
-            d = base / path.lstrip("/")
-            return d if os.access(d, os.W_OK) else None
-    return None
-
-
 @cache
-def isolation_problem() -> str:
-    """ "" when this machine can sandbox programs, else one line saying what is missing and how
-    to get it."""
+def placement() -> Placement:
+    """This process's isolation tier and where it makes its groups (`cgroups.py`)."""
+    return find_placement()
+
+
+def _namespaces_problem() -> str:
     if shutil.which("unshare") is None:
         return "the unshare command (util-linux) is missing: install util-linux"
-    for controller in ("memory", "pids"):
-        if _cgroup_dir(controller) is None:
-            return (
-                f"no writable {controller} cgroup (v1 at /sys/fs/cgroup/{controller}): run where "
-                "cgroups can be created, or set the code task's sandbox to unsafe_local"
-            )
     probe = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "true"],
         capture_output=True,
@@ -127,125 +131,58 @@ def isolation_problem() -> str:
         return (
             "user, mount, PID and network namespaces are not available "
             f"({probe.stderr.strip()[:120]}): allow unprivileged user namespaces "
-            "(sysctl kernel.unprivileged_userns_clone=1) or run in a container that permits them"
+            "(sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0) or run "
+            "in a container that permits them (Docker: --security-opt seccomp=unconfined, or "
+            "a profile allowing unshare and mount), or set the code task's sandbox to "
+            "unsafe_local"
         )
     return ""
 
 
-def _cgroups_usable() -> bool:
-    return all(_cgroup_dir(c) is not None for c in ("memory", "pids"))
-
-
-class _NoCgroups:
-    """Where no cgroup can be made (only with `unsafe_local`): no memory or process bound
-    across processes."""
-
-    leftover = 0
-
-    def join(self) -> None:
-        die_with_parent()
-
-    def ran_out_of_memory(self) -> bool:
-        return False
-
-    def peak_memory(self) -> float:
-        return float("nan")
-
-    def remove(self) -> None:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def remove_stale_cgroups(parent: Path) -> int:
-    """Remove the empty sandbox groups under `parent` whose creator is dead (a verifier worker
-    killed between making a group and removing it); returns how many."""
-    removed = 0
-    for d in parent.glob(f"{CGROUP_PREFIX}*-*"):
-        creator = d.name.removeprefix(CGROUP_PREFIX).split("-", 1)[0]
-        if creator.isdigit() and not _alive(int(creator)):
-            with contextlib.suppress(OSError):  # not empty, or gone already
-                d.rmdir()
-                removed += 1
-    return removed
-
-
-CGROUP_PREFIX = "graft-sandbox-"
-
-
-class _Cgroups:
-    """A memory and a pids cgroup for one run, named after this process; removed afterwards,
-    and by the next run when this process dies first (`remove_stale_cgroups`)."""
-
-    def __init__(self, limits: Limits) -> None:
-        name = f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        parents = (_cgroup_dir("memory"), _cgroup_dir("pids"))
-        for parent in parents:
-            remove_stale_cgroups(parent)  # type: ignore[arg-type]
-        self.memory = parents[0] / name  # type: ignore[operator]
-        self.pids = parents[1] / name  # type: ignore[operator]
-        self.memory.mkdir()
-        self.pids.mkdir()
-        (self.memory / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
-        swap = self.memory / "memory.memsw.limit_in_bytes"
-        if swap.exists():
-            swap.write_text(str(limits.memory_bytes))
-        (self.pids / "pids.max").write_text(str(limits.processes))
-        self.leftover = 0
-        """Processes still in a group after the run, killed by `remove` (should stay 0)."""
-
-    def join(self) -> None:
-        """In the child, before exec: move it into both groups, and have it killed (with the
-        whole namespace) when the process that started it dies (a verifier worker killed for
-        its time limit)."""
-        die_with_parent()
-        pid = str(os.getpid())
-        (self.memory / "cgroup.procs").write_text(pid)
-        (self.pids / "cgroup.procs").write_text(pid)
-
-    def ran_out_of_memory(self) -> bool:
-        control = (self.memory / "memory.oom_control").read_text()
-        killed = [
-            int(line.split()[1]) for line in control.splitlines() if line.startswith("oom_kill ")
-        ]
+@cache
+def isolation_problem() -> str:
+    """ "" when this machine can sandbox programs, else one line saying what is missing and how
+    to get it. It runs one real program in the sandbox and compares what it prints."""
+    problem = _namespaces_problem()
+    if problem:
+        return problem
+    probe = run_sandboxed({"probe.py": b"print(6 * 7)"}, ["python", "probe.py"])
+    if (probe.status, probe.stdout) != ("ok", b"42\n"):
+        exe, prefix = _interpreter()
+        said = " ".join(probe.stderr.decode("utf-8", "replace").split())[-160:]
         return (
-            bool(killed and killed[0] > 0) or int((self.memory / "memory.failcnt").read_text()) > 0
+            f"a test program did not run in the sandbox ({probe.status}: {probe.detail}; "
+            f"{said or 'no output'}): the sandbox shows the Python at {exe} (prefix {prefix}) "
+            f"and {', '.join(READONLY)} read-only, with private /tmp and /dev/shm, so a Python "
+            "installed under /tmp or /dev/shm cannot run there: install it elsewhere"
         )
+    return ""
 
-    def peak_memory(self) -> float:
-        return float((self.memory / "memory.max_usage_in_bytes").read_text())
 
-    def remove(self) -> None:
-        """Delete both groups; any process still in one (none should be: the namespace died
-        with its PID 1) is killed first."""
-        for d in (self.memory, self.pids):
-            for attempt in range(100):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    if attempt == 50:
-                        for pid in (d / "cgroup.procs").read_text().split():
-                            self.leftover += 1
-                            with contextlib.suppress(ProcessLookupError):
-                                os.kill(int(pid), signal.SIGKILL)
-                    time.sleep(0.02)  # its last processes are still being reaped
+def _new_zygote() -> Zygote:
+    exe, prefix = _interpreter()
+    return Zygote(placement(), exe, (*READONLY, prefix), DEFAULT_LIMITS.processes)
+
+
+class _LocalGroup:
+    """`unsafe_local`: the cgroups where they can be made, joined before exec."""
+
+    def __init__(self) -> None:
+        self.group = Group(placement()) if placement().parents else None
+
+    def join(self) -> None:
+        die_with_parent()
+        if self.group is not None:
+            for fd in self.group.procs_fds():
+                os.write(fd, b"0")
+                os.close(fd)
 
 
 class Sandbox:
     """One started sandboxed program. Inside it, fd 0 is its stdin, fds 1 and 2 its output, and
     each of `inner_out` (e.g. 3) / `inner_in` (e.g. 4) a pipe to this process: `readers[fd]`
-    reads what it writes there, `writers[fd]` writes what it reads there."""
+    reads what it writes there, `writers[fd]` writes what it reads there. A sandbox that could
+    not start has no pipes and finishes with the status `error`."""
 
     def __init__(
         self,
@@ -256,75 +193,93 @@ class Sandbox:
         inner_out: tuple[int, ...] = (3,),
         inner_in: tuple[int, ...] = (),
     ) -> None:
-        problem = "" if limits.unsafe_local else isolation_problem()
+        problem = "" if limits.unsafe_local else _namespaces_problem_cached()
         if problem:
             raise IsolationError(problem)
-        self.limits = limits
-        exe, prefix = _interpreter()
-        argv = [exe, "-I", "-S", "-B", *argv[1:]] if argv and argv[0] == "python" else argv
-        self._stage = tempfile.TemporaryDirectory(prefix="graft-sandbox-")
+        for name in files:
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"sandbox file name {name!r}: a plain name is expected")
+        self.limits, self.start = limits, time.monotonic()
+        self.readers: dict[int, int] = {}
+        self.writers: dict[int, int] = {}
+        self.received: dict[int, bytearray] = {}
+        self.status, self.detail = "", ""
+        self._feeder: threading.Thread | None = None
+        self.zygote: Zygote | None = None
+        self.proc: subprocess.Popen | None = None
+        theirs: dict[int, int] = {}
+        for fd in (1, 2, *inner_out):
+            self.readers[fd], theirs[fd] = os.pipe()
+        for fd in (0, *inner_in):
+            theirs[fd], self.writers[fd] = os.pipe()
+        self.received = {fd: bytearray() for fd in self.readers}
+        try:
+            if limits.unsafe_local:
+                self._start_local(files, argv, theirs)
+            else:
+                self._start_warm(files, argv, theirs)
+        except (OSError, StartError, ValueError) as exc:
+            self.status, self.detail = "error", f"the sandbox did not start: {exc}"
+            for fds in (self.readers, self.writers):
+                for fd in fds.values():
+                    os.close(fd)
+                fds.clear()
+        finally:
+            for fd in theirs.values():
+                os.close(fd)
+
+    def _start_warm(self, files: dict[str, bytes], argv: list[str], fds: dict[int, int]) -> None:
+        take = ZYGOTES.take if self.limits.warm else (lambda make: make())
+        for attempt in range(2):  # a kept zygote may have died since: a fresh one, once
+            self.zygote = take(_new_zygote)
+            limits = self.limits
+            if self.zygote.group is not None:
+                self.zygote.group.set_limits(limits.memory_bytes, limits.processes)
+                self.zygote.group.reset_peak()
+                self.oom_before = self.zygote.group.out_of_memory_count()
+            request = {
+                k: getattr(limits, k)
+                for k in ("cpu_s", "open_files", "file_bytes", "stack_bytes", "memory_bytes",
+                          "processes", "scratch_bytes", "scratch_files")
+            }  # fmt: skip
+            try:
+                self.zygote.run(files, argv, fds, request)
+                self.start = time.monotonic()
+                return
+            except OSError:
+                self.zygote.destroy()
+                self.zygote.close()
+                self.zygote = None
+                if attempt:
+                    raise
+
+    def _start_local(self, files: dict[str, bytes], argv: list[str], fds: dict[int, int]) -> None:
+        exe, _ = _interpreter()
+        self._stage = tempfile.TemporaryDirectory(prefix="graft-sandbox-local-")
         stage = Path(self._stage.name)
         (stage / "files").mkdir()
         for name, data in files.items():
-            if "/" in name or name.startswith("."):
-                raise ValueError(f"sandbox file name {name!r}: a plain name is expected")
             (stage / "files" / name).write_bytes(data)
-        (stage / "root").mkdir()
-        self.readers: dict[int, int] = {}
-        self.writers: dict[int, int] = {}
-        child_fds: dict[int, int] = {}
-        for fd in inner_out:
-            self.readers[fd], child_fds[fd] = os.pipe()
-        for fd in inner_in:
-            child_fds[fd], self.writers[fd] = os.pipe()
+        argv = [exe, "-I", "-S", "-B", *argv[1:]] if argv and argv[0] == "python" else argv
         cfg = {
-            "root": str(stage / "root"),
             "files": str(stage / "files"),
-            "readonly": [*READONLY, prefix],
             "argv": argv,
-            "fds": {str(inner): host for inner, host in child_fds.items()},
-            "cpu_s": limits.cpu_s,
-            "open_files": limits.open_files,
-            "file_bytes": limits.file_bytes,
-            "stack_bytes": limits.stack_bytes,
-            "scratch_bytes": limits.scratch_bytes,
-            "scratch_files": limits.scratch_files,
-            "unsafe_local": limits.unsafe_local,
-        }
+            "fds": {str(inner): host for inner, host in fds.items() if inner > 2},
+            "unsafe_local": True,
+            **{k: getattr(self.limits, k) for k in ("cpu_s", "open_files", "file_bytes",
+                                                     "stack_bytes")},
+        }  # fmt: skip
         (stage / "config.json").write_text(json.dumps(cfg))
-        self.groups = _Cgroups(limits) if _cgroups_usable() else _NoCgroups()
-        launch = [argv[0], "-I", "-S", "-B", str(INNER), str(stage / "config.json")]
-        isolate = [
-            "unshare", "--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts",
-            "--fork", "--kill-child=SIGKILL",
-        ]  # fmt: skip
-        self._popen(launch if limits.unsafe_local else isolate + launch, fds=child_fds)
-
-    def _popen(self, command: list[str], *, fds: dict[int, int]) -> None:
-        self.start = time.monotonic()
-        try:
-            self.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=tuple(fds.values()),
-                start_new_session=True,  # no controlling terminal, its own process group
-                preexec_fn=self.groups.join,
-            )
-        except BaseException:
-            self.groups.remove()
-            self._stage.cleanup()
-            raise
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-        self.readers[1] = self.proc.stdout.fileno()  # type: ignore[union-attr]
-        self.readers[2] = self.proc.stderr.fileno()  # type: ignore[union-attr]
-        self.writers[0] = self.proc.stdin.fileno()  # type: ignore[union-attr]
-        self.received: dict[int, bytearray] = {fd: bytearray() for fd in self.readers}
-        self.status, self.detail = "", ""
-        self._feeder: threading.Thread | None = None
+        self.local = _LocalGroup()
+        self.proc = subprocess.Popen(
+            [exe, "-I", "-S", "-B", str(INNER), str(stage / "config.json")],
+            stdin=fds[0],
+            stdout=fds[1],
+            stderr=fds[2],
+            pass_fds=tuple(v for k, v in fds.items() if k > 2),
+            start_new_session=True,  # no controlling terminal, its own process group
+            preexec_fn=self.local.join,
+        )
 
     def write(self, fd: int, data: bytes) -> None:
         """Send `data` to the program's fd without ever blocking this process: a program that
@@ -337,10 +292,12 @@ class Sandbox:
     def feed(self, data: bytes) -> None:
         """Its whole stdin, from a thread (a program may read it slowly while it writes), then
         closed; a program that never reads it blocks only the thread, until the run ends."""
+        if 0 not in self.writers:
+            return
+        fd = self.writers[0]
 
         def pour() -> None:
             with contextlib.suppress(OSError):
-                fd = self.writers[0]
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
@@ -356,42 +313,103 @@ class Sandbox:
                 os.close(host)
 
     def stop(self, status: str, detail: str) -> None:
-        """End it now (the whole namespace), recording why."""
+        """End it now (and everything it started), recording why."""
         if not self.status:
             self.status, self.detail = status, detail
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.zygote is not None:
+            self.zygote.kill()
+        elif self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def _wait(self) -> dict:
+        """How the program ended, as the zygote reports it ({} when it could not say)."""
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self.stop("timeout", "the program did not exit")
+                code = self.proc.wait()
+            if code < 0:
+                return {"signal": signal.Signals(-code).name}
+            return {"exit": code}
+        if self.zygote is None:
+            return {}
+        ended = self.zygote.reply(2.0)
+        if ended is None and self.zygote.alive():
+            self.stop("timeout", "the program did not exit")
+            ended = self.zygote.reply(2.0)
+        if ended is None:  # the zygote itself is stuck or gone: its whole namespace goes
+            self.zygote.destroy()
+            if not self.status:
+                self.status, self.detail = "error", "the sandbox died"
+            return {}
+        return ended
 
     def finish(self) -> Outcome:
         """Wait for it (it was stopped, or its outputs closed), then clean up."""
-        try:
-            code = self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.stop("timeout", "the program did not exit")
-            code = self.proc.wait()
+        ended = self._wait()
         if self._feeder is not None:  # the program is gone: its stdin pipe is broken
             self._feeder.join(timeout=5.0)
         for fd in list(self.writers):
             self.close_input(fd)
-        for f in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
+        for fd in self.readers.values():
             with contextlib.suppress(OSError):
-                f.close()  # type: ignore[union-attr]
-        for fd in self.readers:
-            if fd > 2:
-                with contextlib.suppress(OSError):
-                    os.close(self.readers[fd])
+                os.close(fd)
         seconds = time.monotonic() - self.start
-        status, detail = (self.status, self.detail) if self.status else _ended(code, self.groups)
-        usage = {"peak_memory_bytes": self.groups.peak_memory(), "seconds": seconds}
-        self.groups.remove()
-        usage["leftover_processes"] = float(self.groups.leftover)
-        self._stage.cleanup()
-        cap = self.limits.output_bytes
-        got = {fd: bytes(v[:cap]) for fd, v in self.received.items()}
+        group = self.zygote.group if self.zygote is not None else getattr(self, "local", None)
+        group = getattr(group, "group", group)
+        status, detail = (self.status, self.detail) if self.status else self._ended(ended, group)
+        usage = {"seconds": seconds, "cpu_s": float(ended.get("cpu_s", 0.0))}
+        usage["peak_memory_bytes"] = group.peak_memory() if group else ended.get("max_rss", 0.0)
+        usage["leftover_processes"] = float(group.kill_all() if group else 0)
+        global PROGRAM_CPU_S
+        PROGRAM_CPU_S += usage["cpu_s"]
+        self._release(group)
+        got = {fd: bytes(v[: self.limits.cap(fd)]) for fd, v in self.received.items()}
+        code = ended.get("exit")
         return Outcome(
-            status, got[1], got[2], got.get(3, b""), detail, code, seconds, usage,
-            {fd: v for fd, v in got.items() if fd > 3},
+            status, got.get(1, b""), got.get(2, b""), got.get(3, b""), detail, code, seconds,
+            usage, {fd: v for fd, v in got.items() if fd > 3},
         )  # fmt: skip
+
+    def _release(self, group: Group | None) -> None:
+        if self.zygote is not None:
+            if self.limits.warm:
+                ZYGOTES.give_back(self.zygote)
+            else:
+                self.zygote.close()
+        elif self.proc is not None:
+            if group is not None:
+                group.remove()
+            self._stage.cleanup()
+
+    def _ended(self, ended: dict, group: Group | None) -> tuple[str, str]:
+        oom = self.zygote is not None and group is not None
+        if oom and group.out_of_memory_count() > self.oom_before:  # type: ignore[union-attr]
+            return "memory", "its processes together went over the memory limit"
+        if ended.get("over") == "memory":
+            return "memory", "its processes together went over the memory limit (watched)"
+        if ended.get("over") == "processes":
+            return "runtime_error", f"more than {self.limits.processes} processes (watched)"
+        if "failed" in ended:
+            return "error", f"the sandbox could not start the program: {ended['failed']}"
+        sig = ended.get("signal")
+        cpu_out = float(ended.get("cpu_s", 0.0)) >= self.limits.cpu_s - 0.05
+        if sig == "SIGXCPU" or (sig == "SIGKILL" and cpu_out):
+            return "timeout", "over the CPU-time limit"
+        if sig == "SIGXFSZ":
+            return "output_limit", "a file over the size limit"
+        if sig:
+            return "runtime_error", f"killed by {sig}"
+        if ended.get("exit", 0) != 0:
+            return "runtime_error", f"exit status {ended['exit']}"
+        return "ok", ""
+
+
+@cache
+def _namespaces_problem_cached() -> str:
+    return _namespaces_problem()
 
 
 def supervise(
@@ -434,8 +452,9 @@ def supervise(
                 to, to_fd = relays[k, fd]
                 for line in lines:
                     sandboxes[to].write(to_fd, line + b"\n")
-            if sum(len(v) for v in box.received.values()) > box.limits.output_bytes:
-                box.stop("output_limit", f"more than {box.limits.output_bytes} bytes of output")
+            if len(box.received[fd]) > box.limits.cap(fd):
+                what = {1: "standard output", 2: "standard error"}.get(fd, f"fd {fd}")
+                box.stop("output_limit", f"more than {box.limits.cap(fd)} bytes on {what}")
                 for other in sandboxes:
                     other.stop("output_limit", "its partner went over the output limit")
                 return
@@ -460,15 +479,3 @@ def run_sandboxed(
         box.finish()
         raise
     return box.finish()
-
-
-def _ended(code: int, groups: _Cgroups) -> tuple[str, str]:
-    if groups.ran_out_of_memory():
-        return "memory", "its processes together went over the memory limit"
-    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) or code in (-signal.SIGKILL, 137):
-        return "timeout", "over the CPU-time limit" if abs(code) != 9 and code != 137 else "killed"
-    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-        return "output_limit", "a file over the size limit"
-    if code != 0:
-        return "runtime_error", f"exit status {code}"
-    return "ok", ""
