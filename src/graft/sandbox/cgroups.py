@@ -8,10 +8,10 @@ Tiers, tried in order:
   `pids.max`; out of memory is read from `memory.events`.
 - `cgroup_v1`: writable `memory` and `pids` hierarchies (`memory.limit_in_bytes`,
   `pids.max`; out of memory from `memory.oom_control` and `memory.failcnt`).
-- `namespaces`: no writable cgroup. The namespaces and per-process rlimits still hold; memory
-  of all processes together and their number are watched by the sandbox's init every few
-  milliseconds (`RLIMIT_AS` per process as well), which is weaker: a burst between two looks
-  is not seen.
+- `namespaces`: no writable cgroup (or `GRAFT_SANDBOX_TIER=namespaces`). The namespaces and
+  per-process rlimits still hold; memory of all processes together and their number are
+  watched by the sandbox's init every few milliseconds (`RLIMIT_AS` per process as well),
+  which is weaker: a burst between two looks is not seen.
 
 A group is named `graft-sandbox-<pid namespace inode>-<pid>-<random>` and its maker holds an
 exclusive `flock` on its directory for as long as the group lives. The sweep of stale groups
@@ -34,6 +34,7 @@ from pathlib import Path
 PREFIX = "graft-sandbox-"
 TIERS = ("cgroup_v2", "cgroup_v1", "namespaces")
 ENV_PARENT = "GRAFT_SANDBOX_CGROUP"
+ENV_TIER = "GRAFT_SANDBOX_TIER"
 PROC = Path("/proc/self")
 
 
@@ -135,15 +136,32 @@ def _v2_parent(proc: Path) -> tuple[Path | None, str]:
     )
 
 
+def tier_cap() -> str:
+    """The best tier `GRAFT_SANDBOX_TIER` allows ("" when unset: any); ValueError for a name
+    that is not a tier."""
+    cap = os.environ.get(ENV_TIER, "")
+    if cap and cap not in TIERS:
+        raise ValueError(f"{ENV_TIER}={cap}: use one of {', '.join(TIERS)}")
+    return cap
+
+
 def find_placement(proc: Path = PROC) -> Placement:
-    """The best tier this process can use (module docstring)."""
-    v2, why_v2 = _v2_parent(proc)
-    if v2 is not None:
-        return Placement("cgroup_v2", (v2,))
-    v1, why_v1 = _v1_parents(proc)
-    if v1:
-        return Placement("cgroup_v1", v1, why_v2)
-    return Placement("namespaces", (), f"{why_v2}; {why_v1}")
+    """The best tier this process can use (module docstring), or the best one at or below
+    `GRAFT_SANDBOX_TIER` when that is set."""
+    cap = tier_cap()
+    allowed = TIERS[TIERS.index(cap) :] if cap else TIERS
+    why = [f"{ENV_TIER}={cap}"] if cap and cap != TIERS[0] else []
+    if "cgroup_v2" in allowed:
+        v2, why_v2 = _v2_parent(proc)
+        if v2 is not None:
+            return Placement("cgroup_v2", (v2,))
+        why.append(why_v2)
+    if "cgroup_v1" in allowed:
+        v1, why_v1 = _v1_parents(proc)
+        if v1:
+            return Placement("cgroup_v1", v1, "; ".join(why))
+        why.append(why_v1)
+    return Placement("namespaces", (), "; ".join(why))
 
 
 def _pid_namespace() -> int:

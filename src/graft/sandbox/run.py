@@ -40,12 +40,14 @@ from functools import cache
 from pathlib import Path
 
 from graft.procutil import die_with_parent
-from graft.sandbox.cgroups import Group, Placement, find_placement
+from graft.sandbox.cgroups import Group, Placement, find_placement, tier_cap
 from graft.sandbox.warm import ZYGOTES, StartError, Zygote
 
 INNER = Path(__file__).with_name("inner.py")
 READONLY = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/alternatives")
 STATUSES = ("ok", "timeout", "memory", "output_limit", "runtime_error", "error")
+PROBE = b"import os\nprint(6 * 7 if os.path.exists(os.__file__) else 0)\n"
+"""The isolation check's program: it needs the interpreter's own files, as every program does."""
 PROGRAM_CPU_S = 0.0
 """CPU seconds of every program this process has run in a sandbox (all their processes)."""
 
@@ -143,10 +145,14 @@ def _namespaces_problem() -> str:
 def isolation_problem() -> str:
     """ "" when this machine can sandbox programs, else one line saying what is missing and how
     to get it. It runs one real program in the sandbox and compares what it prints."""
+    try:
+        tier_cap()
+    except ValueError as err:
+        return str(err)
     problem = _namespaces_problem()
     if problem:
         return problem
-    probe = run_sandboxed({"probe.py": b"print(6 * 7)"}, ["python", "probe.py"])
+    probe = run_sandboxed({"probe.py": PROBE}, ["python", "probe.py"])
     if (probe.status, probe.stdout) != ("ok", b"42\n"):
         exe, prefix = _interpreter()
         said = " ".join(probe.stderr.decode("utf-8", "replace").split())[-160:]

@@ -1,0 +1,97 @@
+"""What the sandbox enforces on this machine: its tier and each limit, with whether and how it
+is enforced (`graft code doctor`, the run metadata of a code run, the line training logs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from graft.sandbox.run import DEFAULT_LIMITS, PROBE, Limits, isolation_problem, placement
+from graft.sandbox.run import run_sandboxed as _run
+
+YES, WEAKER, NO = "enforced", "weaker", "not enforced"
+
+
+def _tier_rows(tier: str, where: str, limits: Limits) -> list[tuple[str, str, str]]:
+    mib = limits.memory_bytes >> 20
+    if tier == "cgroup_v2":
+        return [
+            ("memory, all processes together", YES, f"{mib} MiB: memory.max of a group in {where}"),
+            ("processes", YES, f"{limits.processes}: pids.max of the same group"),
+        ]
+    if tier == "cgroup_v1":
+        return [
+            ("memory, all processes together", YES, f"{mib} MiB: memory.limit_in_bytes in {where}"),
+            ("processes", YES, f"{limits.processes}: pids.max in the pids hierarchy"),
+        ]
+    return [
+        ("memory, all processes together", WEAKER,
+         f"{mib} MiB: RLIMIT_AS per process, and their resident memory summed every 10 ms by the "
+         "sandbox's init (a burst between two looks is not seen)"),
+        ("processes", WEAKER,
+         f"{limits.processes}: counted every 10 ms by the sandbox's init, and bounded by the PID "
+         "namespace's pid_max where the kernel gives each namespace its own (Linux 6.14+)"),
+    ]  # fmt: skip
+
+
+def report(limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """The tier, each limit (name, enforced / weaker / not enforced, how), and one real
+    program's result; `problem` is "" when programs can be isolated here."""
+    problem = isolation_problem()
+    if problem:
+        return {"tier": "none", "problem": problem, "limits": [], "probe": {}}
+    place = placement()
+    where = ", ".join(str(p) for p in place.parents)
+    rows = [
+        ("namespaces: user, mount, PID, network, IPC, UTS", YES, "unshare"),
+        ("file system", YES, "read-only root; fresh /work, /tmp, /dev/shm per program"),
+        ("wall clock", YES, f"{limits.wall_s:g} s a run (graft kills it and all it started)"),
+        ("CPU time", YES, f"{limits.cpu_s} s: RLIMIT_CPU"),
+        *_tier_rows(place.tier, where, limits),
+        ("open files", YES, f"{limits.open_files}: RLIMIT_NOFILE"),
+        ("file size", YES, f"{limits.file_bytes >> 20} MiB: RLIMIT_FSIZE"),
+        ("scratch space", YES, f"{limits.scratch_bytes >> 20} MiB, "
+                               f"{limits.scratch_files} files: tmpfs"),
+        ("output", YES, f"stdout {limits.stdout_bytes >> 10} KiB, "
+                        f"stderr {limits.stderr_bytes >> 10} KiB: counted by graft"),
+        ("capabilities", YES, "all dropped; no new privileges"),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    probe = _run({"probe.py": PROBE}, ["python", "probe.py"], limits=limits)
+    return {
+        "tier": place.tier,
+        "problem": "",
+        "why_not_better": place.why,
+        "limits": [{"limit": n, "status": s, "how": h} for n, s, h in rows],
+        "probe": {
+            "status": probe.status,
+            "stdout": probe.stdout.decode("utf-8", "replace").strip(),
+            "ms": round(1000 * (time.perf_counter() - start), 1),
+        },
+    }
+
+
+def render(found: dict[str, Any]) -> str:
+    """`report` as the lines `graft code doctor` prints."""
+    if found["problem"]:
+        return f"sandbox: cannot isolate programs here: {found['problem']}"
+    weaker = any(row["status"] != YES for row in found["limits"])
+    lines = [f"sandbox tier: {found['tier']}" + (" (weaker)" if weaker else "")]
+    if found["why_not_better"]:
+        lines.append(f"  (not a better tier: {found['why_not_better']})")
+    width = max(len(row["limit"]) for row in found["limits"])
+    for row in found["limits"]:
+        lines.append(f"  {row['limit']:<{width}}  {row['status']:<12}  {row['how']}")
+    probe = found["probe"]
+    lines.append(
+        f"  a real program: {probe['status']}, printed {probe['stdout']!r} in {probe['ms']:g} ms"
+    )
+    return "\n".join(lines)
+
+
+def summary() -> dict[str, Any]:
+    """The tier and its limits without running a program (for run metadata)."""
+    found = dataclasses.asdict(placement())
+    found["parents"] = [str(p) for p in found["parents"]]
+    return found

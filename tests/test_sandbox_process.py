@@ -1,0 +1,273 @@
+"""The sandbox's process model: a program is a child of the sandbox's init, in its own session,
+so a death by signal is a death (and named), no host-side process is within its reach, and two
+graft processes in different PID namespaces never remove each other's groups. Its tiers: the
+cgroup v1 groups of this machine, cgroup v2 on a directory laid out like one, and the
+namespaces-only tier with its watch."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from graft.sandbox import Limits, call_in_sandbox, isolation_problem, run_sandboxed
+from graft.sandbox.calls import judge_calls
+from graft.sandbox.cgroups import Group, Placement, find_placement, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
+LIMITS = Limits(wall_s=3.0, cpu_s=2, memory_bytes=128 << 20, processes=16)
+CALLS, EXPECTED = [[2, 3], [10, -4]], [5, 6]
+ADD = "def add(a, b):\n    return a + b\n"
+
+
+SELF_KILLS = {
+    "SIGSEGV": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+    "SIGKILL": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    "SIGTERM": "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n",
+    "SIGABRT": "import os\nos.abort()\n",
+    "faulthandler": "import faulthandler\nfaulthandler._sigsegv()\n",
+}
+
+
+@needs_sandbox
+@pytest.mark.parametrize("name", sorted(SELF_KILLS))
+def test_a_program_that_kills_itself_is_not_correct_and_the_signal_is_named(name):
+    """As PID 1 of its namespace, a program's signals to itself were dropped and it went on to
+    score correct; as a child of the sandbox's init they end it."""
+    outcome, returns = call_in_sandbox(ADD + SELF_KILLS[name], "add", CALLS, limits=LIMITS)
+    correct, reason, _ = judge_calls(outcome, returns, EXPECTED)
+    assert (correct, reason) == (False, "runtime_error"), outcome
+    signal_name = "SIGSEGV" if name == "faulthandler" else name
+    assert outcome.detail == f"killed by {signal_name}", outcome.detail
+
+
+@needs_sandbox
+def test_a_program_is_alone_in_its_session_and_cannot_reach_any_host_side_process():
+    """It leads its own session and process group; SIGSTOP and SIGKILL to its parent, to every
+    process it may signal and to its parent's group (which it cannot even name: its id is 0
+    from inside) reach nobody but the sandbox's init, which ignores them, so its correct answer
+    stays correct and on time."""
+    source = ADD + textwrap.dedent("""
+        import os, signal
+        alone = os.getsid(0) == os.getpid() == os.getpgrp()
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for send in (lambda: os.kill(os.getppid(), sig),
+                         lambda: os.killpg(os.getpgid(os.getppid()) or -1, sig),
+                         lambda: os.kill(-1, sig)):
+                try:
+                    send()
+                except OSError:
+                    pass
+        if not alone:
+            raise SystemExit(3)
+    """)
+    outcome, returns = call_in_sandbox(source, "add", CALLS, limits=LIMITS)
+    assert judge_calls(outcome, returns, EXPECTED)[0], (outcome.status, outcome.detail)
+    assert outcome.seconds < 2.0
+    again = call_in_sandbox(ADD, "add", CALLS, limits=LIMITS)  # the sandbox still serves
+    assert judge_calls(*again, EXPECTED)[0]
+
+
+@needs_sandbox
+def test_nothing_a_program_leaves_reaches_the_next_program():
+    """Files in /work, /tmp and /dev/shm and a detached process are gone before the next
+    program starts (a policy must not read what an earlier response cached)."""
+    plant = textwrap.dedent("""
+        import os, time
+        for d in ("/work", "/tmp", "/dev/shm"):
+            open(d + "/cache", "w").write("5")
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(30)
+        print("planted")
+    """)
+    look = textwrap.dedent("""
+        import os
+        seen = [d for d in ("/work", "/tmp", "/dev/shm") if os.path.exists(d + "/cache")]
+        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+        print(seen, others)
+    """)
+    first = run_sandboxed({"m.py": plant.encode()}, ["python", "m.py"], limits=LIMITS)
+    assert (first.status, first.stdout) == ("ok", b"planted\n")
+    second = run_sandboxed({"m.py": look.encode()}, ["python", "m.py"], limits=LIMITS)
+    assert (second.status, second.stdout) == ("ok", b"[] []\n")
+
+
+@needs_sandbox
+def test_a_sandbox_that_cannot_start_is_the_status_error_not_an_exception(monkeypatch):
+    import graft.sandbox.warm as warm
+
+    monkeypatch.setattr(warm, "ISOLATE", ["false"])
+    outcome = run_sandboxed({"m.py": b"print(1)"}, ["python", "m.py"], limits=Limits(warm=False))
+    assert outcome.status == "error" and "did not start" in outcome.detail, outcome
+
+
+SWEEPING_AUDIT = """
+import sys
+from graft.sandbox import Limits, call_in_sandbox
+from graft.sandbox.calls import judge_calls
+ok = 0
+for i in range(12):  # a fresh sandbox (and so a sweep of stale groups) for every program
+    outcome, returns = call_in_sandbox("def add(a, b):\\n    return a + b", "add",
+                                       [[2, 3], [10, -4]], limits=Limits(warm=False))
+    ok += judge_calls(outcome, returns, [5, 6])[0]
+print(ok)
+"""
+
+
+@needs_sandbox
+def test_two_graft_processes_in_different_pid_namespaces_keep_each_others_groups():
+    """Each sweeps stale groups before making its own; a PID from another namespace says
+    nothing, so the sweep goes by the maker's lock, and both finish with every verdict right."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root to make PID namespaces")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", SWEEPING_AUDIT]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+            for _ in range(2)]  # fmt: skip
+    results = [run.communicate(timeout=120) for run in runs]
+    assert [r.returncode for r in runs] == [0, 0], [err.decode()[-500:] for _, err in results]
+    assert [out.strip() for out, _ in results] == [b"12", b"12"]
+
+
+def test_the_python_under_tmp_is_reported_by_the_isolation_check(tmp_path):
+    """The sandbox has private /tmp and /dev/shm: an interpreter installed there cannot run
+    inside, and the isolation check, which runs one real program, says so before training."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root to bind-mount an interpreter under /tmp")
+    prefix = os.path.realpath(sys.base_prefix)
+    if prefix.startswith(("/tmp", "/dev/shm")):
+        pytest.skip("this Python is under /tmp already")
+    under_tmp = Path("/tmp") / f"graft-py-{os.getpid()}"
+    exe = under_tmp / "bin" / Path(os.path.realpath(sys.executable)).name
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    script = "from graft.sandbox import isolation_problem; print(isolation_problem())"
+    shell = (
+        f"mkdir -p {under_tmp} && mount --bind {prefix} {under_tmp} && "
+        f"{exe} -c {script!r}; umount {under_tmp}; rmdir {under_tmp}"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *site])}
+    out = subprocess.run(["unshare", "--mount", "sh", "-c", shell], capture_output=True,
+                         text=True, env=env, timeout=120)  # fmt: skip
+    assert "a test program did not run in the sandbox" in out.stdout, (out.stdout, out.stderr)
+    assert "installed under /tmp" in out.stdout
+
+
+# ------------------------------------------------------------------------ tiers
+
+
+@needs_sandbox
+def test_the_namespaces_tier_watches_memory_and_processes(monkeypatch):
+    """With no writable cgroup, the init sums its processes' memory and counts them: a program
+    whose processes together go over the memory limit is `memory`, a fork bomb is stopped, and
+    a plain program still runs."""
+    import graft.sandbox.run as run
+
+    monkeypatch.setattr(run, "placement", lambda: Placement("namespaces"))
+    limits = Limits(wall_s=5.0, cpu_s=4, memory_bytes=96 << 20, processes=8, warm=False)
+    hog = textwrap.dedent("""
+        import os, time
+        os.fork(); os.fork()  # four processes, 40 MiB each: 160 MiB together
+        block = bytearray(40 << 20)
+        time.sleep(3)
+    """)
+    outcome = run_sandboxed({"m.py": hog.encode()}, ["python", "m.py"], limits=limits)
+    assert outcome.status == "memory", outcome
+    bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n" \
+           "        time.sleep(0.01)\n"  # fmt: skip
+    outcome = run_sandboxed({"m.py": bomb.encode()}, ["python", "m.py"], limits=limits)
+    assert (outcome.status, outcome.detail) == ("runtime_error", "more than 8 processes (watched)")
+    assert outcome.seconds < 3.0 and outcome.usage["leftover_processes"] == 0
+    plain = run_sandboxed({"m.py": b"print(sum(range(10)))"}, ["python", "m.py"], limits=limits)
+    assert (plain.status, plain.stdout) == ("ok", b"45\n")
+
+
+def _fake_v2(tmp_path: Path) -> tuple[Path, Path]:
+    """A cgroup v2 tree as the kernel lays it out, this process in /user/app (a leaf), its
+    parent /user delegated (memory and pids enabled for its children); and a /proc/self."""
+    mount = tmp_path / "cgroup"
+    for d, controllers, enabled in (
+        (mount, "cpu io memory pids", "memory pids"),
+        (mount / "user", "memory pids", "memory pids"),
+        (mount / "user" / "app", "memory pids", ""),
+    ):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup.controllers").write_text(controllers + "\n")
+        (d / "cgroup.subtree_control").write_text(enabled + "\n")
+        (d / "cgroup.procs").write_text("")
+    (mount / "user" / "app" / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cgroup").write_text("0::/user/app\n")
+    (proc / "mountinfo").write_text(
+        f"30 1 0:26 / {mount} rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 "
+        "rw,nsdelegate,memory_recursiveprot\n"
+    )
+    return mount, proc
+
+
+def test_cgroup_v2_groups_are_made_in_the_delegated_subtree_with_their_limits(tmp_path):
+    mount, proc = _fake_v2(tmp_path)
+    place = find_placement(proc)
+    assert place == Placement("cgroup_v2", (mount / "user",))
+    group = Group(place)
+    (d,) = group.dirs
+    assert d.parent == mount / "user" and d.name.startswith("graft-sandbox-")
+    group.set_limits(64 << 20, 12)
+    assert (d / "memory.max").read_text() == str(64 << 20)
+    assert (d / "pids.max").read_text() == "12"
+    assert (d / "memory.swap.max").read_text() == "0"
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    before = group.out_of_memory_count()
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert group.out_of_memory_count() > before
+    assert sweep(mount / "user") == 0  # its maker (this process) holds its lock
+    for name in ("memory.max", "pids.max", "memory.swap.max", "memory.events"):
+        (d / name).unlink()  # the kernel's files go with the group; a plain directory's do not
+    group.remove()
+    assert not d.exists()
+
+
+def test_a_cgroup_v2_tree_with_no_delegated_subtree_falls_back_with_the_reason(tmp_path):
+    mount, proc = _fake_v2(tmp_path)
+    (mount / "user" / "cgroup.subtree_control").write_text("")
+    (mount / "user" / "cgroup.procs").write_text("1\n")
+    (mount / "user" / "cgroup.controllers").write_text("cpu\n")  # memory not handed down
+    (mount / "cgroup.controllers").write_text("cpu\n")
+    place = find_placement(proc)
+    assert place.tier != "cgroup_v2"
+    assert "no delegated cgroup v2 subtree above /user/app" in place.why
+
+
+def test_the_sweep_removes_only_groups_whose_maker_is_gone_in_any_pid_namespace(tmp_path):
+    """A group locked by a live maker in another PID namespace stays; a group whose maker died
+    (its lock released) goes."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root to make a PID namespace")
+    parent = tmp_path / "memory"
+    live, dead = parent / "graft-sandbox-1-7-live", parent / "graft-sandbox-1-7-dead"
+    live.mkdir(parents=True)
+    dead.mkdir()
+    holder = textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        fd = os.open({str(live)!r}, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print(os.getpid(), flush=True)
+        time.sleep(60)
+    """)
+    command = ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c", holder]
+    maker = subprocess.Popen(command, stdout=subprocess.PIPE)
+    try:
+        assert maker.stdout.readline().strip() == b"1"  # PID 1 of its own namespace
+        assert sweep(parent) == 1
+        assert live.exists() and not dead.exists()
+    finally:
+        maker.kill()
+        maker.wait()
+    time.sleep(0.2)
+    assert sweep(parent) == 1 and not live.exists()
