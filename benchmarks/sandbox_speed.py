@@ -1,18 +1,23 @@
-"""Programs verified per second through the sandbox, against a bare `python -c` subprocess per
-program (no isolation at all), on this machine's cores: one after another, and through the
-verifier pool's workers. The difference per program is the sandbox's own overhead (namespaces,
-the read-only root, cgroups, the harness).
+"""Programs verified per second through the code sandbox, the warm path (a zygote per verifier
+worker, one fork per program) beside the cold one (a fresh `unshare`, interpreter and read-only
+root per program: the process model before the warm sandbox, kept behind GRAFT_SANDBOX_COLD=1),
+and a bare `python -c` subprocess per program (no isolation at all), in one run on this
+machine's cores. With `--step`, also a code training step's time split (configs/grpo_code.yaml,
+median over `--steps` steps), cold then warm.
 
-    .venv/bin/python benchmarks/sandbox_speed.py --n 100
+    .venv/bin/python benchmarks/sandbox_speed.py --n 200 [--step --steps 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import subprocess
 import sys
 import time
 
+from graft.sandbox.run import COLD_ENV
 from graft.tasks.code import CodeTests
 from graft.tasks.pool import VerifierPool
 
@@ -28,10 +33,12 @@ def bare(n: int) -> float:
     return time.perf_counter() - start
 
 
-def pooled(n: int, workers: int) -> float:
+def pooled(n: int, workers: int, *, cold: bool) -> float:
+    """Seconds to verify n programs through the verifier pool (workers inherit the setting)."""
+    os.environ[COLD_ENV] = "1" if cold else "0"
     items = [("code", f"```python\n{PROGRAM}```", TESTS, "")] * n
     with VerifierPool(workers=workers, timeout_s=30) as pool:
-        pool.verify(items[:workers])  # start-up outside the timing
+        pool.verify(items[: 2 * workers])  # start-up (and the first sandboxes) outside the timing
         start = time.perf_counter()
         verdicts = pool.verify(items)
         seconds = time.perf_counter() - start
@@ -39,22 +46,65 @@ def pooled(n: int, workers: int) -> float:
     return seconds
 
 
+def step_split(steps: int, *, cold: bool) -> dict[str, float]:
+    """Median seconds of a code GRPO step and of its verify phase (after one warm-up step)."""
+    from graft.config import Config, load_config
+    from graft.trainer import Trainer
+
+    os.environ[COLD_ENV] = "1" if cold else "0"
+    out = f"runs/bench_sandbox_step_{'cold' if cold else 'warm'}"
+    cfg = load_config(
+        Config,
+        "configs/grpo_code.yaml",
+        ["eval.every=0", "run.progress=false", f"run.out_dir={out}"],
+    )
+    trainer = Trainer(cfg)
+    steps_s, verify_s = [], []
+    try:
+        for step in range(steps + 1):
+            start = time.perf_counter()
+            m = trainer.step(step)
+            if step:
+                steps_s.append(time.perf_counter() - start)
+                verify_s.append(m["time/verify_s"])
+    finally:
+        trainer.close()
+    return {"step": statistics.median(steps_s), "verify": statistics.median(verify_s)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=100)
-    n = parser.parse_args().n
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--step", action="store_true", help="also a code step's time split")
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    n = args.n
     rows = [
         ("bare `python -c`, one after another", bare(n)),
-        ("sandbox, 1 verifier worker", pooled(n, 1)),
-        ("sandbox, 2 verifier workers", pooled(n, 2)),
+        ("cold sandbox, 1 verifier worker", pooled(n, 1, cold=True)),
+        ("warm sandbox, 1 verifier worker", pooled(n, 1, cold=False)),
+        ("cold sandbox, 2 verifier workers", pooled(n, 2, cold=True)),
+        ("warm sandbox, 2 verifier workers", pooled(n, 2, cold=False)),
     ]
     print(f"{n} programs (two function-call tests each)\n")
     print("| how | seconds | programs / s | ms / program |")
     print("|---|---|---|---|")
     for name, s in rows:
-        print(f"| {name} | {s:.1f} | {n / s:.1f} | {1000 * s / n:.0f} |")
-    overhead = 1000 * (rows[1][1] - rows[0][1]) / n
-    print(f"\nsandbox overhead per program, 1 worker: {overhead:.0f} ms")
+        print(f"| {name} | {s:.2f} | {n / s:.1f} | {1000 * s / n:.1f} |")
+    seconds = dict(rows)
+    for w in (1, 2):
+        cold, warm = seconds[f"cold sandbox, {w} verifier worker" + "s" * (w > 1)], seconds[
+            f"warm sandbox, {w} verifier worker" + "s" * (w > 1)]  # fmt: skip
+        print(f"\nwarm / cold programs per second, {w} worker{'s' * (w > 1)}: {cold / warm:.1f}x")
+    overhead = 1000 * (seconds["warm sandbox, 1 verifier worker"] - seconds[rows[0][0]]) / n
+    print(f"warm sandbox overhead per program over a bare subprocess, 1 worker: {overhead:.1f} ms")
+    if args.step:
+        print("\n| code GRPO step (grpo_code.yaml) | step s (median) | verify s | verify share |")
+        print("|---|---|---|---|")
+        for cold in (True, False):
+            split = step_split(args.steps, cold=cold)
+            print(f"| {'cold' if cold else 'warm'} sandbox | {split['step']:.2f} | "
+                  f"{split['verify']:.2f} | {split['verify'] / split['step']:.0%} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ CHECKS = [
     "graft_run",
     "update_speed",
     "sharded_update",
+    "sandbox",
     "vllm",
 ]
 
@@ -53,6 +54,9 @@ def test_gpu_check_runs_every_check_on_the_cpu_and_writes_its_summary(tmp_path):
     assert rows["update_speed"]["numbers"]["tokens_per_s"] > 0
     assert rows["graft_run"]["numbers"]["selected"] >= 0
     assert rows["sharded_update"]["numbers"]["weights_rel_gap"] <= 1e-5
+    assert rows["sandbox"]["numbers"]["tier"] == "cgroup_v1"  # this machine's
+    assert rows["sandbox"]["numbers"]["memory_limit"] == "enforced"
+    assert rows["sandbox"]["numbers"]["memory"] == "memory"
     summary = (tmp_path / "gpu_check.md").read_text()
     assert summary.startswith("# GPU check") and "| update_speed | PASS | cpu |" in summary
     assert lines[-1].startswith("gpu_check: 0 failed")

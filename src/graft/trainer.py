@@ -10,6 +10,7 @@ policy), never carried in hidden state, so `graft train --resume` continues exac
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ class Trainer:
                 if val.name not in {s.name for s in self.eval_suites}:
                     self.eval_suites.append(val)
         self.verifier = run_verifier(cfg.verify, self.task)
+        if self.verifier == "code":  # programs run in the sandbox: say once what it enforces
+            from graft.sandbox.doctor import tier_line
+
+            print(tier_line(), file=sys.stderr)
         # Evaluation uses each suite's own verifier unless the config names one or an extraction.
         custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
         self.eval_verifier = self.verifier if custom else None

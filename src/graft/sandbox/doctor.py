@@ -90,8 +90,18 @@ def render(found: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def summary() -> dict[str, Any]:
-    """The tier and its limits without running a program (for run metadata)."""
-    found = dataclasses.asdict(placement())
+def summary(limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """The tier, where its groups are made and why no better tier, and each limit with its
+    status, without running a program (for a run's metadata)."""
+    found: dict[str, Any] = dataclasses.asdict(placement())
     found["parents"] = [str(p) for p in found["parents"]]
+    where = ", ".join(found["parents"])
+    found["limits"] = {name: status for name, status, _ in _tier_rows(found["tier"], where, limits)}
     return found
+
+
+def tier_line() -> str:
+    """The one line training logs: the tier and whether memory and processes are enforced."""
+    found = summary()
+    limits = ", ".join(f"{k}: {v}" for k, v in found["limits"].items())
+    return f"code sandbox: tier {found['tier']} ({limits}); `graft code doctor` for every limit"

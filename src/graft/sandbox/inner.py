@@ -108,18 +108,19 @@ def limit(cfg: dict) -> None:
     resource.setrlimit(resource.RLIMIT_STACK, (cfg["stack_bytes"], cfg["stack_bytes"]))
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+
 def drop_capabilities() -> None:
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     for cap in range(64):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
-
-    header, data = Header(_LINUX_CAPABILITY_VERSION_3, 0), (Data * 2)()
+    header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     _check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -48,6 +49,7 @@ READONLY = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/alternati
 STATUSES = ("ok", "timeout", "memory", "output_limit", "runtime_error", "error")
 PROBE = b"import os\nprint(6 * 7 if os.path.exists(os.__file__) else 0)\n"
 """The isolation check's program: it needs the interpreter's own files, as every program does."""
+COLD_ENV = "GRAFT_SANDBOX_COLD"
 PROGRAM_CPU_S = 0.0
 """CPU seconds of every program this process has run in a sandbox (all their processes)."""
 
@@ -72,8 +74,9 @@ class Limits:
     """No namespaces: a plain subprocess in the staged files' directory, with the resource
     limits, the cgroups where they can be made, and the wall clock, but NO isolation."""
     warm: bool = True
-    """Reuse this process's warm sandboxes; False starts one for this run alone (the cold
-    path, for comparisons)."""
+    """Reuse this process's warm sandboxes; False (or GRAFT_SANDBOX_COLD=1 in the environment,
+    which reaches verifier workers too) starts one for this run alone: the cold path, one
+    `unshare`, interpreter and root per program, kept for comparisons."""
 
     def cap(self, fd: int) -> int:
         return self.stderr_bytes if fd == 2 else self.stdout_bytes
@@ -206,6 +209,7 @@ class Sandbox:
             if "/" in name or name.startswith("."):
                 raise ValueError(f"sandbox file name {name!r}: a plain name is expected")
         self.limits, self.start = limits, time.monotonic()
+        self.warm = limits.warm and os.environ.get(COLD_ENV) != "1"
         self.readers: dict[int, int] = {}
         self.writers: dict[int, int] = {}
         self.received: dict[int, bytearray] = {}
@@ -235,7 +239,7 @@ class Sandbox:
                 os.close(fd)
 
     def _start_warm(self, files: dict[str, bytes], argv: list[str], fds: dict[int, int]) -> None:
-        take = ZYGOTES.take if self.limits.warm else (lambda make: make())
+        take = ZYGOTES.take if self.warm else (lambda make: make())
         for attempt in range(2):  # a kept zygote may have died since: a fresh one, once
             self.zygote = take(_new_zygote)
             limits = self.limits
@@ -301,6 +305,11 @@ class Sandbox:
         if 0 not in self.writers:
             return
         fd = self.writers[0]
+        if len(data) <= select.PIPE_BUF:  # fits in the empty pipe at once: no thread needed
+            with contextlib.suppress(OSError):
+                os.write(fd, data)
+            self.close_input(0)
+            return
 
         def pour() -> None:
             with contextlib.suppress(OSError):
@@ -381,7 +390,7 @@ class Sandbox:
 
     def _release(self, group: Group | None) -> None:
         if self.zygote is not None:
-            if self.limits.warm:
+            if self.warm:
                 ZYGOTES.give_back(self.zygote)
             else:
                 self.zygote.close()

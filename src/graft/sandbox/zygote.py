@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import gc
 import json
 import os
 import resource
@@ -42,7 +43,7 @@ WARM = (
     "json", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
     "typing", "fractions", "decimal", "random", "statistics", "operator", "copy", "datetime",
     "hashlib", "io", "traceback", "dataclasses", "enum", "array", "cmath", "textwrap",
-    "unicodedata",
+    "unicodedata", "threading", "atexit", "types",
 )  # fmt: skip
 PR_SET_DUMPABLE = 4
 HEADER = struct.Struct("!Q")
@@ -181,8 +182,10 @@ def kill_the_rest() -> None:
     """SIGKILL every process of the namespace but this one, and reap them all."""
     deadline = time.monotonic() + 5.0
     while True:
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:  # nobody else in the namespace
+            return
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
@@ -285,6 +288,8 @@ def main() -> None:
                 f.write(str(max(301, cfg["processes"] + 2)))
         except OSError:
             pass
+    gc.collect()
+    gc.freeze()  # what exists now is never scanned again: a forked child does not copy it
     send(sock, {"ready": os.getpid()})
     serve(sock, cfg)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from graft.config import Config, to_dict
 from graft.store import Provenance, StoreWriter, group_rows
-from graft.tasks.verify import verifier_version
+from graft.tasks.verify import CODE_VERIFIERS, verifier_version
 from graft.types import Group
 
 PACKAGES = ("graft-rl", "torch", "transformers", "tokenizers", "pyarrow", "math-verify", "numpy")
@@ -68,10 +68,15 @@ class Recorder:
     ) -> None:
         run_id = run_id_for(run_dir)
         self.uri = cfg.store.path or str(run_dir / "trajectories")
+        meta = run_metadata(cfg, run_id)
+        if verifier in CODE_VERIFIERS:  # what the sandbox enforced for this run's rewards
+            from graft.sandbox.doctor import summary
+
+            meta["sandbox"] = summary()
         self.writer = StoreWriter(
             self.uri,
             run_id=run_id,
-            run_meta=run_metadata(cfg, run_id),
+            run_meta=meta,
             background=cfg.store.background,
         )
         r = cfg.rollout
