@@ -105,7 +105,7 @@ def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_sandbox()
     import sys
     import time
 
-    from graft.sandbox.cgroups import PREFIX, _pid_namespace
+    from graft.sandbox.cgroups import maker_tag
     from graft.sandbox.run import placement
 
     program = repr("import time\ndef add(a, b):\n    time.sleep(30)")
@@ -115,7 +115,7 @@ def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_sandbox()
     )
     worker = subprocess.Popen([sys.executable, "-c", script])
     parents = placement().parents
-    mine = f"{PREFIX}{_pid_namespace()}-{worker.pid}-"
+    mine = maker_tag(worker.pid)
     deadline = time.monotonic() + 30
     while not all(any(p.glob(mine + "*")) for p in parents):
         assert time.monotonic() < deadline and worker.poll() is None

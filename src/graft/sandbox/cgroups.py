@@ -13,7 +13,7 @@ Tiers, tried in order:
   watched by the sandbox's init every few milliseconds (`RLIMIT_AS` per process as well),
   which is weaker: a burst between two looks is not seen.
 
-A group is named `graft-sandbox-<pid namespace inode>-<pid>-<random>` and its maker holds an
+A group is named `graft-sandbox-ns<pid namespace inode>-pid<pid>-<random>` and its maker holds an
 exclusive `flock` on its directory for as long as the group lives. The sweep of stale groups
 removes only groups whose lock it can take, so a group is removed only when its maker is gone,
 whatever PID namespace the maker ran in (a PID says nothing across namespaces).
@@ -164,8 +164,11 @@ def find_placement(proc: Path = PROC) -> Placement:
     return Placement("namespaces", (), "; ".join(why))
 
 
-def _pid_namespace() -> int:
-    return os.stat("/proc/self/ns/pid").st_ino
+def maker_tag(pid: int | None = None) -> str:
+    """`graft-sandbox-ns<pid namespace inode>-pid<pid>-`: who made a group or directory (for
+    people reading the tree; the sweep goes by the lock)."""
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    return f"{PREFIX}ns{namespace}-pid{os.getpid() if pid is None else pid}-"
 
 
 def _lock(d: Path) -> int | None:
@@ -221,7 +224,7 @@ class Group:
         self.v2 = placement.tier == "cgroup_v2"
         for parent in placement.parents:
             sweep(parent)
-        name = f"{PREFIX}{_pid_namespace()}-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+        name = f"{maker_tag()}{uuid.uuid4().hex[:10]}"
         self.dirs: tuple[Path, ...] = ()
         self._locks: list[int] = []
         for parent in placement.parents:

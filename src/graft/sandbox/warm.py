@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from graft.procutil import die_with_parent
-from graft.sandbox.cgroups import PREFIX, Group, Placement, _pid_namespace, locked_dir, sweep
+from graft.sandbox.cgroups import Group, Placement, locked_dir, maker_tag, sweep
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 HEADER = struct.Struct("!Q")
@@ -57,9 +57,7 @@ class Zygote:
         self.group = Group(placement) if placement.parents else None
         temp = Path(tempfile.gettempdir())
         sweep(temp, shutil.rmtree)  # the staging directories of killed makers
-        stage, self._stage_lock = locked_dir(
-            lambda: Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_pid_namespace()}-{os.getpid()}-"))
-        )
+        stage, self._stage_lock = locked_dir(lambda: Path(tempfile.mkdtemp(prefix=maker_tag())))
         self.stage = str(stage)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         group_fds = self.group.procs_fds() if self.group else []
