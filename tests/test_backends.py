@@ -57,7 +57,8 @@ def test_ray_and_local_backends_give_the_same_numbers(tmp_path):
     ray = pytest.importorskip("ray")
     local, remote = tmp_path / "local", tmp_path / "ray"
     assert main(_args(local, "run.steps=3", "run.backend=processes")) == 0
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # one CPU per policy actor, one for the verifier actor (verify.workers=1)
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
         assert main(_args(remote, "run.steps=3", "run.backend=ray")) == 0
         workers = json.loads((remote / "workers.json").read_text())
@@ -136,7 +137,7 @@ def test_the_driver_takes_each_policys_rollouts_as_they_arrive(backend):
 
     if backend == "ray":
         ray = pytest.importorskip("ray")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)  # and a verifier
     trainer = Trainer(load_config(Config, CONFIG, [*SMALL, f"run.backend={backend}"]))
     policies, problems = trainer.backend, trainer.train_problems
     params = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=0)

@@ -60,6 +60,12 @@ def value_case(name: str, *assignments: str, culprit: str = "") -> tuple[str, li
 # One validation pass over every config value, before anything is created (graft.config.checks).
 VALUES = [
     value_case("optim-eps-zero", "models.0.optim.eps=0"),
+    value_case(
+        "code-stdout-bytes",
+        "task.name=code",
+        "task.code.train={files}/code_good.jsonl",
+        "task.code.stdout_bytes=10",
+    ),
     value_case("optim-eps-inf", "models.0.optim.eps=inf"),
     value_case("optim-beta-one", "models.0.optim.betas=[1.0, 0.999]"),
     value_case("optim-beta-negative", "models.0.optim.betas=[-0.5, 0.999]"),

@@ -1,5 +1,6 @@
-"""The code verifier: test specs in their normalized forms, the program taken from the last fenced
-Python block, a reward only when every test passes, and the whole path through the verifier pool."""
+"""The code verifier: test specs in their normalized forms, the program chosen among the fenced
+Python blocks, a reward only when every test passes, and the whole path through the verifier
+pool."""
 
 import json
 from pathlib import Path
@@ -11,11 +12,11 @@ from graft.sandbox import isolation_problem
 from graft.tasks.code import (
     CodeTestError,
     CodeTests,
-    last_python_block,
     parse_tests,
     same_stdout,
     verify_code,
 )
+from graft.tasks.code_blocks import choose_program
 from graft.tasks.pool import VerifierPool
 
 needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
@@ -37,11 +38,15 @@ def block(code: str, lang: str = "python") -> str:
     return f"Here is my solution.\n```{lang}\n{code}\n```\n"
 
 
-def test_the_program_is_the_last_fenced_python_block():
-    assert last_python_block("```python\na = 1\n```\ntext\n```py\nb = 2\n```") == "b = 2\n"
-    assert last_python_block("```\nc = 3\n```") == "c = 3\n"
-    assert last_python_block("def add(a, b): return a + b") is None
-    assert last_python_block("```python\nunclosed") is None
+def test_the_program_of_a_stdio_problem_is_the_last_runnable_block():
+    assert choose_program("```python\na = 1\n```\ntext\n```py\nb = 2\n```") == "b = 2\n"
+    assert choose_program("```\nc = 3\n```") == "c = 3\n"
+    assert choose_program("def add(a, b): return a + b") is None
+    assert choose_program("```python\nunclosed") == "unclosed\n"  # generation stopped there
+    reads = "```python\nn = int(input())\nprint(n * 2)\n```\n"
+    assert choose_program(reads + "Output:\n```\n6\n```\n```bash\npython a.py\n```") == (
+        "n = int(input())\nprint(n * 2)\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -157,3 +162,175 @@ def test_the_benign_table_covers_the_three_forms():
     assert len(BENIGN) >= 60 and {forms.count(f) >= 10 for f in ("call", "stdio", "assert")} == {
         True
     }
+
+
+# ------------------------------------------------ values keep their types between the sandboxes
+def _asserting(*tests: str, function: str = "f") -> str:
+    return CodeTests("assert", function, tests=tests).to_gold()
+
+
+TYPED = _asserting(
+    "assert candidate([]) == (0, 1) and type(candidate([])) is tuple",
+    "assert candidate([1, 2]) == (3, 2)",
+    "assert f([5]) == (5, 5)",
+)
+TYPES = _asserting(
+    "import math\nv = g()\n"
+    "assert v['nested'] == [(1, [2, (3,)])] and type(v['nested'][0][1][1]) is tuple\n"
+    "assert v[(1, 2)] == {3} and type(v[(1, 2)]) is set and v[7] == frozenset({8})\n"
+    "assert v['big'] == 3 ** 300 and math.isnan(v['nan']) and v['inf'] == float('inf')\n"
+    "assert v['bytes'] == b'\\x00' and v['none'] is None and v['complex'] == 1j\n"
+    "assert v['flag'] is True and type(v['int']) is int and type(v['float']) is float",
+    "assert h((1, [2]), {3: (4,)}) == 'tuple list dict tuple'",
+    function="g",
+)  # fmt: skip
+TYPES_PROGRAM = (
+    "def g():\n"
+    "    return {'nested': [(1, [2, (3,)])], (1, 2): {3}, 7: frozenset({8}), 'big': 3 ** 300,\n"
+    "            'nan': float('nan'), 'inf': float('inf'), 'bytes': b'\\x00', 'none': None,\n"
+    "            'complex': 1j, 'flag': True, 'int': 1, 'float': 1.0}\n"
+    "def h(a, b):\n"
+    "    return ' '.join(type(x).__name__ for x in (a, a[1], b, b[3]))\n"
+)
+
+
+@needs_sandbox
+def test_a_tuple_comes_back_a_tuple_and_a_list_a_list():
+    """HumanEval's `candidate([]) == (0, 1)` (sum_product and 7 more): the proxy gave a list."""
+    program = "def f(xs):\n    return (sum(xs), len(xs) or 1) if xs != [5] else (5, 5)"
+    assert verify_code(block(program), TYPED).correct
+    as_list = "def f(xs):\n    return [sum(xs), len(xs) or 1] if xs != [5] else [5, 5]"
+    assert verify_code(block(as_list), TYPED).category == "wrong"
+    # and the other way: a tuple where the test wants a list is not correct either
+    wants_list = _asserting("assert f(1) == [1, 1]")
+    assert not verify_code(block("def f(x):\n    return (x, x)"), wants_list).correct
+    assert verify_code(block("def f(x):\n    return [x, x]"), wants_list).correct
+
+
+@needs_sandbox
+def test_values_and_arguments_keep_their_python_types_both_ways():
+    assert verify_code(block(TYPES_PROGRAM), TYPES).correct
+
+
+@needs_sandbox
+def test_an_unencodable_return_value_is_the_candidates_error_not_a_crash():
+    from graft.sandbox import Limits, call_in_sandbox
+
+    program = "def f(x):\n    return object() if x else lambda: 0"
+    outcome, returns = call_in_sandbox(program, "f", [[1], [0]], limits=Limits(wall_s=4.0))
+    assert outcome.status == "ok"
+    assert [r.error for r in returns] == ["unencodable: object", "unencodable: function"]
+    verdict = verify_code(block(program), CodeTests("call", "f", ((1,),), (1,)).to_gold())
+    assert verdict.category == "wrong" and verdict.detail.startswith("runtime_error"), verdict
+    verdict = verify_code(block(program), _asserting("assert f(1) is not None"))
+    assert verdict.category == "wrong" and verdict.detail.startswith("runtime_error"), verdict
+
+
+@needs_sandbox
+def test_the_call_form_compares_a_returned_value_as_json_writes_it():
+    """Expected values are JSON: a returned tuple equals the list, as APPS/TACO's harness has it;
+    a set equals no JSON value; ints stay exact."""
+    gold = CodeTests("call", "f", ((1,), (2,)), ([1, [2, 3]], {"1": 2})).to_gold()
+    program = "def f(x):\n    return (1, (2, 3)) if x == 1 else {1: 2}"
+    assert verify_code(block(program), gold).correct
+    assert not verify_code(block("def f(x):\n    return {1, 2}"), gold).correct
+    big = CodeTests("call", "f", ((),), (3**200 + 1,)).to_gold()
+    assert verify_code(block("def f():\n    return 3 ** 200 + 1"), big).correct
+    assert not verify_code(block("def f():\n    return 3 ** 200"), big).correct
+
+
+# ---------------------------------------------- the program is the block that defines the entry
+ADD_BLOCK = "def add(a, b):\n    return a + b"
+EXAMPLE = "\n\nExample usage:\n```python\nprint(add(2, 3))  # 5\nassert add(1, 1) == 3\n```\n"
+TRANSCRIPT = "\n\nFor example:\n```python\n>>> add(2, 3)\n5\n```\n"
+STYLES = {
+    "example usage after it": block(ADD_BLOCK) + EXAMPLE,
+    ">>> transcript after it": block(ADD_BLOCK) + TRANSCRIPT,
+    "a shell and an output block after it": block(ADD_BLOCK)
+    + "```bash\npython add.py\n```\n```output\n5\n```\n```text\nadd(2, 3) = 5\n```\n",
+    "unclosed final fence": f"Here it is.\n```python\n{ADD_BLOCK}\n",
+    "cut right after the next opening fence": block(ADD_BLOCK) + "Usage:\n```python\n",
+    "cut inside an example": block(ADD_BLOCK) + "Usage:\n```python\nprint(add(",
+    "a draft, then the final version": block("def add(a, b):\n    return a - b")
+    + "Fixed:\n"
+    + block(ADD_BLOCK)
+    + EXAMPLE,
+    "closing fence on the code's last line": f"```python\n{ADD_BLOCK}```",
+    "indented fence in a list": "1. Code:\n   ```python\n   def add(a, b):\n       return a + b\n"
+    "   ```\n",
+}  # fmt: skip
+
+
+@needs_sandbox
+@pytest.mark.parametrize("style", list(STYLES))
+@pytest.mark.parametrize("gold", [ADD, MBPP, HUMANEVAL], ids=["call", "mbpp", "humaneval"])
+def test_a_correct_solution_is_read_as_models_write_it(style, gold):
+    verdict = verify_code(STYLES[style], gold)
+    assert verdict.correct, verdict
+
+
+DEGENERATE = [
+    "", "def add(a, b):\n    return a + b", block("pass"), block("return None"),
+    block("    return None"), "```python\n```", "```python\n", block(">>> add(2, 3)\n5"),
+    block("print(add(2, 3))") , "```bash\necho 5\n```", block("add = lambda a, b: None"),
+]  # fmt: skip
+
+
+@needs_sandbox
+@pytest.mark.parametrize("response", DEGENERATE)
+def test_a_degenerate_response_is_never_correct(response):
+    for gold in (ADD, MBPP, HUMANEVAL):
+        verdict = verify_code(response, gold)
+        assert not verdict.correct, (gold, verdict)
+
+
+def test_the_program_is_the_last_block_that_defines_the_entry():
+    assert choose_program(STYLES["example usage after it"], ["add"]) == ADD_BLOCK + "\n"
+    assert choose_program(STYLES[">>> transcript after it"], ["add"]) == ADD_BLOCK + "\n"
+    assert choose_program(STYLES["unclosed final fence"], ["add"]) == ADD_BLOCK + "\n"
+    assert choose_program(STYLES["a draft, then the final version"], ["add"]) == ADD_BLOCK + "\n"
+    body = "```python\n    return a + b\n```\n```python\nprint(add(1, 2))\n```"
+    assert choose_program(body, ["add"]) == "    return a + b\n"  # a body alone, for a prelude
+    broken = "```python\ndef add(a, b):\n    return a +\n```\n" + EXAMPLE
+    assert choose_program(broken, ["add"]).startswith("def add")  # judged: a runtime error
+    assert choose_program("```text\nadd(1, 2) = 3\n```", ["add"]) is None
+
+
+# ------------------------------------------------------- the check's own failures are not wrong
+@needs_sandbox
+def test_a_name_error_inside_the_check_is_a_check_error_not_a_wrong_answer():
+    from graft.tasks.code import code_reason
+    from graft.tasks.verify import verdict_counts
+
+    gold = _asserting("assert f(1) == helper_from_nowhere.VALUE", "assert f(2) == 2")
+    verdict = verify_code(block("def f(x):\n    return x"), gold)
+    assert verdict.category == "error" and verdict.detail.startswith("check error: NameError")
+    assert code_reason(verdict) == "check_error"
+    assert verdict_counts([verdict], "code")["verdict/error/check_error"] == 1
+    importing = _asserting("import module_that_is_not_there\nassert f(1) == 1")
+    verdict = verify_code(block("def f(x):\n    return x"), importing)
+    assert code_reason(verdict) == "check_error" and "ModuleNotFoundError" in verdict.detail
+    # the candidate's own NameError stays the candidate's
+    alone = _asserting("assert f(2) == 2")
+    verdict = verify_code(block("def f(x):\n    return undefined_name"), alone)
+    assert verdict.category == "wrong" and verdict.detail.startswith("runtime_error"), verdict
+
+
+def test_a_stdio_problem_has_a_wall_clock_per_case_in_its_budget():
+    from graft.tasks.code import LIMITS, time_budget_s
+
+    one = parse_tests(SUM)
+    ten = CodeTests("stdio", stdin=("1 2\n",) * 10, stdout=("3\n",) * 10)
+    assert time_budget_s(ten) > 10 * LIMITS.wall_s > time_budget_s(one) > 2 * LIMITS.wall_s
+    assert LIMITS.wall_s < time_budget_s(parse_tests(MBPP)) < 2 * LIMITS.wall_s
+
+
+@needs_sandbox
+def test_stdout_bytes_caps_what_a_run_may_print():
+    loud = block("def add(a, b):\n    print('x' * 4000)\n    return a + b")
+    assert verify_code(loud, ADD).correct  # the default (1 MiB) lets 8 KB through
+    capped = json.dumps({**json.loads(ADD), "stdout_bytes": 2048})
+    verdict = verify_code(loud, capped)
+    assert verdict.detail.startswith("output_limit"), verdict
+    with pytest.raises(CodeTestError, match="stdout_bytes must be an integer in"):
+        parse_tests(json.dumps({**json.loads(SUM), "stdout_bytes": 10}))

@@ -384,7 +384,7 @@ def test_compare_at_equal_compute_reads_known_curves_at_common_points(tmp_path, 
     assert ds["cost"]["gen_tokens"]["mean"] == 4000 and ds["cost"]["steps"]["mean"] == 20
     text = (out / "compare.md").read_text()
     assert "### test avg@2 at equal generated tokens" in text and "| 1k | 2k |" in text
-    assert "| DS | 20 | 1k | 4k | - | - | 4G | 2.00x | - / - / - |" in text
+    assert "| DS | 20 | 1k | 4k | - | - | 4G | 2.00x | - / - / - / - |" in text
     assert "| GRPO | 20 | 500 | 2k | - | - | 2G | 1.00x |" in text
     # A run from before compute was counted: one line, naming it
     _write_run(tmp_path / "old", ["eval.every=10", "run.label=old"], steps=(0, 10, 20))

@@ -4,6 +4,7 @@ sampling against a hand count of the calls the policies answered."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,6 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from graft.config import Config, load_config
 from graft.rundir import read_metrics
+from graft.sandbox import isolation_problem
 from graft.trainer import Trainer
 from graft.training.cost import CostLog, Meter, flop_estimate, last_cumulative, step_cost
 from graft.training.update import UpdateSettings, train_on_batch
@@ -20,6 +22,8 @@ from graft.types import TrainGroup, TrainSequence
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "tests" / "golden" / "models"
+if str(ROOT / "tests") not in sys.path:  # the verifier workers import plug-ins from it
+    sys.path.insert(0, str(ROOT / "tests"))
 
 
 def test_flops_are_2n_per_forward_token_and_6n_per_trained_token():
@@ -195,3 +199,37 @@ def test_a_tiny_graft_run_with_resampling_counts_what_it_ran(tmp_path):
     assert summary["cost/cum/flops"] == cum["m/llama/cost/cum/flops"] + cum["m/qwen/cost/cum/flops"]
     (meta,) = (tmp_path / "run/trajectories/runs").glob("*.json")
     assert json.loads(meta.read_text())["cost"]["cost/cum/flops"] == summary["cost/cum/flops"]
+
+
+@pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
+def test_verification_cpu_is_counted_in_the_cost_of_the_step(tmp_path):
+    """A verifier that spends a known amount of CPU (in itself, a child process and a sandboxed
+    program) on every response: the step's `cost/verify_cpu_s` is at least that much, and the
+    cumulative count sums the steps."""
+    import cpu_verifier
+
+    overrides = [
+        "run.progress=false",
+        "run.steps=2",
+        "run.save_every=0",
+        "run.backend=inprocess",
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=4",
+        "eval.every=0",
+        "verify.workers=2",
+        "verify.verifier=cpu_verifier:burn",
+        f"models.0.path={MODELS / 'llama'}",
+        f"run.out_dir={tmp_path / 'run'}",
+    ]
+    cfg = load_config(Config, ROOT / "configs" / "grpo_tiny.yaml", overrides)
+    trainer = Trainer(cfg)
+    try:
+        trainer.run(tmp_path / "run")
+    finally:
+        trainer.close()
+    records = read_metrics(tmp_path / "run")
+    spent = [r["cost/verify_cpu_s"] for r in records]
+    assert all(s >= 4 * cpu_verifier.KNOWN_S for s in spent), spent  # 4 responses a step
+    assert records[-1]["cost/cum/verify_cpu_s"] == pytest.approx(sum(spent))
+    assert "cost/generate_cpu_s" in records[-1]  # every earlier key still there

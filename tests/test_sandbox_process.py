@@ -271,3 +271,54 @@ def test_the_sweep_removes_only_groups_whose_maker_is_gone_in_any_pid_namespace(
         maker.wait()
     time.sleep(0.2)
     assert sweep(parent) == 1 and not live.exists()
+
+
+# ------------------------------------------------------------------------ doctor and limits
+
+
+def _doctor(**env: str) -> subprocess.CompletedProcess:
+    graft = Path(sys.executable).with_name("graft")
+    return subprocess.run([str(graft), "code", "doctor"], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)  # fmt: skip
+
+
+@needs_sandbox
+def test_graft_code_doctor_prints_the_tier_and_every_limit_with_its_status():
+    done = _doctor()
+    lines = done.stdout.splitlines()
+    tier = find_placement().tier
+    assert done.returncode == 0 and lines[0] == f"sandbox tier: {tier}", done.stdout
+    rows = [x for x in lines if "  enforced  " in x or "  weaker  " in x]
+    assert len(rows) == 11 and "a real program: ok, printed '42'" in lines[-1]
+    if tier in ("cgroup_v1", "cgroup_v2"):  # this machine's: every limit enforced
+        assert all("  enforced  " in x for x in rows), done.stdout
+    weaker = _doctor(GRAFT_SANDBOX_TIER="namespaces")
+    assert weaker.stdout.startswith("sandbox tier: namespaces (weaker)")
+    assert sum("  weaker  " in x for x in weaker.stdout.splitlines()) == 2
+    bad = _doctor(GRAFT_SANDBOX_TIER="cgroup_v3")
+    assert bad.returncode == 1 and bad.stdout.strip() == (
+        "sandbox: cannot isolate programs here: GRAFT_SANDBOX_TIER=cgroup_v3: "
+        "use one of cgroup_v2, cgroup_v1, namespaces"
+    )
+
+
+@needs_sandbox
+def test_a_warm_sandbox_takes_a_higher_memory_limit_after_a_lower_one():
+    """cgroup v1 refuses a memory limit above memory+swap's: raised in the right order."""
+    for memory in (128 << 20, 256 << 20, 64 << 20, 512 << 20):
+        limits = Limits(memory_bytes=memory)
+        outcome = run_sandboxed({"m.py": b"print(1)"}, ["python", "m.py"], limits=limits)
+        assert outcome.status == "ok", (memory, outcome.detail)
+
+
+@needs_sandbox
+def test_a_reply_larger_than_a_pipe_reaches_the_checker_whole():
+    """The relay between the two sandboxes queues what a pipe cannot take at once."""
+    import json
+
+    from graft.tasks.code import verify_code
+
+    gold = json.dumps({"form": "assert", "function": "f",
+                       "tests": ["assert f(200000) == 'x' * 200000"]})  # fmt: skip
+    verdict = verify_code("```python\ndef f(n):\n    return 'x' * n\n```", gold)
+    assert verdict.correct, verdict

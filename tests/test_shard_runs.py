@@ -235,9 +235,10 @@ def test_a_graft_pair_with_one_sharded_policy_trains_as_the_unsharded_pair(tmp_p
     sharded = ["models.0.shards=2", f"run.backend={backend}"]
     if backend == "ray":
         ray = pytest.importorskip("ray")
-        # 2 cores: llama's two ranks reserve half a CPU each, qwen one
+        # 2 cores: llama's two ranks reserve half a CPU each, qwen one; the two verifier
+        # actors (verify.workers) one each
         sharded += ["models.0.num_cpus=0.5", "models.1.num_cpus=1"]
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         assert main(_train_args(tmp_path / "two", *sharded, config=graft)) == 0
         workers = json.loads((tmp_path / "two" / "workers.json").read_text())

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graft.backends import Backend, make_backend, policy_specs
+from graft.backends import Backend, check_ray_start, make_backend, policy_specs
 from graft.config import Config, ConfigError, Plan, make_plan, to_dict
 from graft.errors import DataError, RunStopped
 from graft.eval.evaluate import evaluate_once
@@ -31,7 +31,7 @@ from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
 from graft.tasks.golds import check_golds, require_golds, usable_problems
-from graft.tasks.pool import VerifierPool
+from graft.tasks.pool_ray import open_pool
 from graft.tasks.scoring import verify_rollouts
 from graft.training.contrast import Budget, settle
 from graft.training.cost import CostLog, last_cumulative, step_cost
@@ -82,7 +82,9 @@ class Trainer:
         # Evaluation uses each suite's own verifier unless the config names one or an extraction.
         custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
         self.eval_verifier = self.verifier if custom else None
-        self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
+        check_ray_start(cfg)  # before the verifier pool starts a local Ray cluster
+        v = cfg.verify  # on Ray, verification runs on the cluster's CPUs too
+        self.pool = open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
         try:
             self._check_golds()  # before any model loads
             self.backend = backend or make_backend(
@@ -114,6 +116,7 @@ class Trainer:
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
         self._verify_spans: list[tuple[float, float]] = []  # (start, end) per policy, this step
+        self._verify_cpu: dict[str, float] = {}  # verification CPU seconds per policy, this step
         self.costs = CostLog(self.prefix)
 
     def _check_golds(self) -> None:
@@ -136,6 +139,7 @@ class Trainer:
         """rollout -> verify -> group -> exchange -> settle -> update -> store, for every policy
         at once."""
         t0, before = time.perf_counter(), self.backend.usage()
+        verify_cpu, self._verify_cpu = self.pool.cpu_s, dict.fromkeys(self.names, 0.0)
         groups = self.rollout(step)
         t1, t2 = max(a for a, _ in self._verify_spans), time.perf_counter()
         outcome = self.exchange(step, groups)
@@ -145,6 +149,7 @@ class Trainer:
         stats = self.backend.train(batches, seeds=self._seeds(step, "update"))
         self._check_finite(step, stats)
         t4, after = time.perf_counter(), self.backend.usage()
+        verify_cpu = self._verify_cpu_by_policy(self.pool.cpu_s - verify_cpu)
         if self.recorder is not None:  # the extra rounds' rollouts after the step's own
             every = {name: (*gs, *extra.get(name, ())) for name, gs in groups.items()}
             with self.book.writing_store(self.recorder.uri):
@@ -154,12 +159,24 @@ class Trainer:
         for name, counts in contrast.items():
             metrics.update({self.prefix[name] + k: v for k, v in counts.items()})
         metrics.update(
-            self.costs.metrics({name: step_cost(before[name], after[name]) for name in self.names})
+            self.costs.metrics(
+                {
+                    name: {**step_cost(before[name], after[name]), "verify_cpu_s": verify_cpu[name]}
+                    for name in self.names
+                }
+            )
         )
         metrics["time/settle_s"] = t_settle - t3
         metrics["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
         metrics["time/store_s"] = time.perf_counter() - t4
         return metrics
+
+    def _verify_cpu_by_policy(self, spent: float) -> dict[str, float]:
+        """The step's verification CPU seconds (`spent`, all of the pool's) per policy: what
+        verifying each policy's rollouts cost, and the rest (a stored peer's responses,
+        re-verified for the one policy stored-peer GRAFT trains) shared evenly."""
+        rest = max(0.0, spent - sum(self._verify_cpu.values())) / len(self.names)
+        return {name: self._verify_cpu.get(name, 0.0) + rest for name in self.names}
 
     def settle(
         self, step: int, batches: Mapping[str, Sequence[TrainGroup]]
@@ -251,10 +268,11 @@ class Trainer:
     def _verify_and_group(self, name: str, rollouts: list[Rollout]) -> tuple[Group, ...]:
         """One policy's rollouts, verified and grouped with their advantages; runs in the driver
         as soon as they arrive, while the other policies still sample."""
-        start, algo = time.perf_counter(), self.cfg.algo
+        start, algo, cpu = time.perf_counter(), self.cfg.algo, self.pool.cpu_s
         verdicts = verify_rollouts(self.pool, self.verifier, rollouts)
         groups = make_groups(rollouts, verdicts, mode=algo.advantage, eps=algo.adv_eps)
         self._verify_spans.append((start, time.perf_counter()))
+        self._verify_cpu[name] = self._verify_cpu.get(name, 0.0) + self.pool.cpu_s - cpu
         return groups
 
     def exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:

@@ -24,6 +24,7 @@ __all__ = [
     "Backend",
     "Generator",
     "Then",
+    "check_ray_start",
     "make_backend",
     "policy_specs",
     "resolve_backend",
@@ -58,6 +59,15 @@ def make_backend(
 
         return RayBackend(specs, strategy=ray_strategy)
     raise ValueError(f"unknown run.backend {kind!r}; known: auto, {', '.join(BACKENDS)}")
+
+
+def check_ray_start(cfg: Config) -> None:
+    """`run.backend: ray` without RAY_ADDRESS: the local cluster graft starts (for the verifier
+    pool first, then the policies) can hold the policies' actors; ConfigError before it starts."""
+    if cfg.run.backend == "ray":
+        from graft.backends.ray_backend import check_local_cluster
+
+        check_local_cluster(policy_specs(cfg))
 
 
 def policy_specs(cfg: Config) -> list[PolicySpec]:

@@ -130,12 +130,18 @@ def _check_local_cpus(specs: Sequence[PolicySpec], cpus: Sequence[float]) -> Non
         )
 
 
+def check_local_cluster(specs: Sequence[PolicySpec]) -> None:
+    """Without RAY_ADDRESS graft starts a local Ray cluster: refuse, before it starts, policies
+    whose actors would reserve more CPUs than this machine has."""
+    if not os.environ.get("RAY_ADDRESS"):
+        per_rank = [RayBackend._resources(s)["num_cpus"] for s in specs]
+        _check_local_cpus(specs, [c * s.model.shards for c, s in zip(per_rank, specs)])
+
+
 class RayBackend(Backend):
     def __init__(self, specs: Sequence[PolicySpec], *, strategy: str = "none") -> None:
         resources = {s.model.name: self._resources(s) for s in specs}
-        if not os.environ.get("RAY_ADDRESS"):
-            cpus = [resources[s.model.name]["num_cpus"] * s.model.shards for s in specs]
-            _check_local_cpus(specs, cpus)
+        check_local_cluster(specs)
         ray = self.ray = _import_ray()
         if not ray.is_initialized():
             # RAY_ADDRESS, when set, makes this connect to that cluster instead of starting one.

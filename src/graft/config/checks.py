@@ -349,6 +349,8 @@ def _check_task(cfg: Config) -> None:
     elif t.name == "code":
         c = t.code
         _check_data_files(c, "task.code", "set a .jsonl or .parquet file of code problems")
+        _count(c.stdout_bytes, "task.code.stdout_bytes", 1 << 10, 1 << 30, note=" (bytes)")
+        _check_path(c.left_out_dir, "task.code.left_out_dir")
         named = [n for n in (c.train, c.test, c.val) if names_a_dataset(n)]
         _check(
             not named or re.fullmatch(r"[0-9a-f]{40}", c.revision) is not None,

@@ -80,7 +80,16 @@ class CodeDataConfig:
     """Appended to every problem to form the task prompt."""
     check_references: bool = True
     """Run each problem's reference solution against its own tests at load; a problem whose
-    reference fails is left out (counted, and named in a warning)."""
+    reference fails is left out (counted, named by its dataset id in a warning, and listed with
+    the reason in a JSONL file the warning names)."""
+    left_out_dir: str = ""
+    """Folder for the lists of problems `check_references` leaves out (`left_out_train.jsonl`,
+    `left_out_test.jsonl`, `left_out_val.jsonl`); empty: a new file in the system's temp folder
+    for each, named in the warning."""
+    stdout_bytes: int = 1 << 20
+    """What one sandboxed run of a candidate may write to standard output, and to each of its
+    result channels (bytes, 1 KiB to 1 GiB; default 1 MiB); past it the run ends as
+    `output_limit`. Standard error has its own, smaller cap."""
     sandbox: Literal["namespaces", "unsafe_local"] = "namespaces"
     """How candidate programs run: `namespaces` (the sandbox; refused in one line where the
     machine cannot isolate), or `unsafe_local`: a plain subprocess with resource limits and a

@@ -175,7 +175,8 @@ COST_RULE = (
     "a method's cost), the mean over its seeds: responses sampled, their tokens, tokens of "
     "forward passes without a backward (scoring peer responses, recomputed log-probs), tokens "
     "of the update's forward and backward passes, the FLOP estimate 2N per forward token and "
-    "6N per trained token (docs/method.md), and process CPU seconds per phase."
+    "6N per trained token (docs/method.md), process CPU seconds per phase, and the CPU seconds "
+    "spent verifying responses (the verifier workers and the programs they ran)."
 )
 
 
@@ -187,7 +188,7 @@ def cost_table(policy: Mapping[str, Any], baseline: str) -> list[str]:
     base = rows.get(baseline, {}).get("flops", {}).get("mean")
     lines = [
         "| method | steps | responses | generated tokens | forward-only tokens | trained tokens "
-        "| FLOPs | FLOPs vs baseline | CPU s: generate / score / train |",
+        "| FLOPs | FLOPs vs baseline | CPU s: generate / score / train / verify |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, cost in rows.items():
@@ -195,7 +196,7 @@ def cost_table(policy: Mapping[str, Any], baseline: str) -> list[str]:
         ratio = f"{mean['flops'] / base:.2f}x" if base and "flops" in mean else "-"
         cpu = " / ".join(
             f"{mean[k]:.0f}" if (k := f"{p}_cpu_s") in mean else "-"
-            for p in ("generate", "score", "train")
+            for p in ("generate", "score", "train", "verify")
         )
         cells = [f"{mean['steps']:.0f}"]
         cells += [si(mean[k]) if k in mean else "-" for k in COST_KEYS[:5]]

@@ -39,6 +39,7 @@ COST_KEYS = (
     "generate_cpu_s",
     "score_cpu_s",
     "train_cpu_s",
+    "verify_cpu_s",
 )
 """The run totals a compare reads from each run (its cost table shows them)."""
 

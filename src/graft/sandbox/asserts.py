@@ -1,7 +1,8 @@
 """Assert-style tests (MBPP's `test_list`, HumanEval's `check(candidate)`) through two sandboxes:
 the candidate's program in one (`server.py`), the checks in the other (`checker.py`), calls and
-return values relayed between them by this process as JSON lines. The checks hold the expected
-values; the candidate's process only ever sees arguments."""
+return values relayed between them by this process as lines of tagged JSON (`values.py`). The
+checks hold the expected values; the candidate's process only ever sees arguments (and the
+problem's prelude, which its program starts with)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,27 @@ CANDIDATE, CHECKER = 0, 1
 
 
 def run_asserts(
-    source: str, entry: str, tests: list[str], *, setup: str = "", limits: Limits = DEFAULT_LIMITS
+    source: str,
+    entry: str,
+    tests: list[str],
+    *,
+    setup: str = "",
+    prelude: str = "",
+    expected: tuple[str, ...] = (),
+    limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[Outcome, Outcome, list[dict | None]]:
-    """Run each test (Python source that calls `entry`, or `candidate`) against `source`'s
-    function `entry`. Returns both sandboxes' outcomes and one result per test ({"passed",
-    "error"}), None for a test with no result."""
-    check = json.dumps({"entry": entry, "setup": setup, "tests": tests}).encode()
+    """Run each test (Python source that calls `entry`, or `candidate`, or the `expected` names
+    the candidate's module should define) against the module `source`; the checks' namespace is
+    built as `checker.py` says, with `prelude` and `setup` run in it. Returns both sandboxes'
+    outcomes and one result per test ({"passed", "error"}), None for a test with no result."""
+    spec = {"entry": entry, "setup": setup, "prelude": prelude, "expected": list(expected),
+            "tests": tests}  # fmt: skip
+    check = json.dumps(spec).encode()
+    codec = (HERE / "values.py").read_bytes()
+    served = {"solution.py": source.encode(), "server.py": (HERE / "server.py").read_bytes()}
+    checks = {"check.json": check, "checker.py": (HERE / "checker.py").read_bytes()}
     candidate = Sandbox(
-        {"solution.py": source.encode(), "server.py": (HERE / "server.py").read_bytes()},
+        {**served, "values.py": codec},
         ["python", "server.py"],
         limits,
         inner_out=(3,),
@@ -30,7 +44,7 @@ def run_asserts(
     )
     try:
         checker = Sandbox(
-            {"check.json": check, "checker.py": (HERE / "checker.py").read_bytes()},
+            {**checks, "values.py": codec},
             ["python", "checker.py"],
             limits,
             inner_out=(3, 5),

@@ -243,9 +243,13 @@ class Group:
     def set_limits(self, memory_bytes: int, processes: int) -> None:
         if self.v2:
             _write(self.memory / "memory.max", str(memory_bytes))
-        else:
-            _write(self.memory / "memory.limit_in_bytes", str(memory_bytes))
-            _write(self.memory / "memory.memsw.limit_in_bytes", str(memory_bytes), optional=True)
+        else:  # memory+swap may never be below memory: raise it first, lower it last
+            order = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+            if (self.memory / order[1]).exists():
+                current = int((self.memory / order[0]).read_text() or 0)
+                order = order[::-1] if memory_bytes > current else order
+            for name in order:
+                _write(self.memory / name, str(memory_bytes), optional=True)
         _write(self.pids / "pids.max", str(processes))
 
     def out_of_memory_count(self) -> int:

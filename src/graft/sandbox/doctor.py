@@ -105,3 +105,35 @@ def tier_line() -> str:
     found = summary()
     limits = ", ".join(f"{k}: {v}" for k, v in found["limits"].items())
     return f"code sandbox: tier {found['tier']} ({limits}); `graft code doctor` for every limit"
+
+
+CASES = {
+    "ok": b"print(sum(range(10)))",
+    "runtime_error": b"import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
+    "memory": b"import time\nx = bytearray(200 << 20)\ntime.sleep(1)",
+    "timeout": b"import time\ntime.sleep(10)",
+}
+
+
+def self_check(n: int = 50, *, skip: type[Exception], fail: type[Exception]) -> dict[str, Any]:
+    """A correct, a self-killed, a memory-hungry and a hanging program judged on this machine,
+    and warm programs per second (gpu_check's sandbox check). Raises `skip` where no sandbox
+    can be made, `fail` when a status is not the expected one."""
+    if isolation_problem():
+        raise skip(f"no sandbox here: {isolation_problem()}")
+    place = placement()
+    limits = Limits(wall_s=2.0, cpu_s=2, memory_bytes=64 << 20)
+    memory = YES if place.tier != "namespaces" else WEAKER
+    # Under the weaker tier one process's allocation past the limit fails inside the program
+    # (RLIMIT_AS): a runtime error rather than the memory status.
+    want = {k: "runtime_error" if k == "memory" and memory != YES else k for k in CASES}
+    got = {
+        k: _run({"m.py": src}, ["python", "m.py"], limits=limits).status for k, src in CASES.items()
+    }
+    if got != want:
+        raise fail(f"statuses {got}, expected {want}")
+    start = time.perf_counter()
+    for _ in range(n):
+        _run({"m.py": b"print(1)"}, ["python", "m.py"], limits=limits)
+    rate = n / (time.perf_counter() - start)
+    return {"tier": place.tier, "memory_limit": memory, "programs_per_s": rate, **got}

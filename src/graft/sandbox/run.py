@@ -213,6 +213,8 @@ class Sandbox:
         self.readers: dict[int, int] = {}
         self.writers: dict[int, int] = {}
         self.received: dict[int, bytearray] = {}
+        self.outbox: dict[int, bytearray] = {}
+        self.closing: set[int] = set()
         self.status, self.detail = "", ""
         self._feeder: threading.Thread | None = None
         self.zygote: Zygote | None = None
@@ -265,7 +267,7 @@ class Sandbox:
 
     def _start_local(self, files: dict[str, bytes], argv: list[str], fds: dict[int, int]) -> None:
         exe, _ = _interpreter()
-        self._stage = tempfile.TemporaryDirectory(prefix="graft-sandbox-local-")
+        self._stage = tempfile.TemporaryDirectory(prefix="graft-local-")
         stage = Path(self._stage.name)
         (stage / "files").mkdir()
         for name, data in files.items():
@@ -292,12 +294,26 @@ class Sandbox:
         )
 
     def write(self, fd: int, data: bytes) -> None:
-        """Send `data` to the program's fd without ever blocking this process: a program that
-        stopped reading gets no more (what does not fit in the pipe is dropped)."""
+        """Queue `data` for the program's fd and send what the pipe takes now, never blocking
+        this process; `supervise` sends the rest as the program reads (at most `stdout_bytes`
+        can be queued, as no reader takes more)."""
         if fd in self.writers:
-            with contextlib.suppress(OSError):  # BlockingIOError and BrokenPipeError included
+            self.outbox.setdefault(fd, bytearray()).extend(data)
+            self.send(fd)
+
+    def send(self, fd: int) -> None:
+        """Write what the pipe takes of `fd`'s queue; close it once drained if asked."""
+        queue = self.outbox.get(fd)
+        try:
+            if queue and fd in self.writers:
                 os.set_blocking(self.writers[fd], False)
-                os.write(self.writers[fd], data)
+                del queue[: os.write(self.writers[fd], queue)]
+        except BlockingIOError:
+            pass
+        except OSError:  # the program closed its end: nothing more reaches it
+            queue.clear()  # type: ignore[union-attr]
+        if not queue and fd in self.closing:
+            self.close_input(fd)
 
     def feed(self, data: bytes) -> None:
         """Its whole stdin, from a thread (a program may read it slowly while it writes), then
@@ -321,7 +337,12 @@ class Sandbox:
         self._feeder = threading.Thread(target=pour, name="graft-sandbox-stdin", daemon=True)
         self._feeder.start()
 
-    def close_input(self, fd: int) -> None:
+    def close_input(self, fd: int, *, drained: bool = False) -> None:
+        """Close the program's input `fd` (`drained`: once what is queued for it is sent)."""
+        if drained and self.outbox.get(fd):
+            self.closing.add(fd)
+            return
+        self.outbox.pop(fd, None)
         host = self.writers.pop(fd, None)
         if host is not None:
             with contextlib.suppress(OSError):
@@ -443,19 +464,33 @@ def supervise(
             sel.register(host, selectors.EVENT_READ, (k, fd))
     pending: dict[tuple[int, int], bytearray] = {key: bytearray() for key in relays}
     deadline = time.monotonic() + wall_s
-    while sel.get_map():
+    waiting: set[int] = set()  # input fds registered until their queue is sent
+    while any(key.data[0] != "send" for key in sel.get_map().values()):
+        for k, box in enumerate(sandboxes):
+            for fd, queue in box.outbox.items():
+                host = box.writers.get(fd)
+                if queue and host is not None and host not in waiting:
+                    sel.register(host, selectors.EVENT_WRITE, ("send", k, fd))
+                    waiting.add(host)
         left = deadline - time.monotonic()
         if left <= 0:
             for box in sandboxes:
                 box.stop("timeout", f"still running after {wall_s:g} s wall clock")
             return
         for key, _ in sel.select(timeout=left):
+            if key.data[0] == "send":
+                _, k, fd = key.data
+                sel.unregister(key.fd)
+                waiting.discard(key.fd)
+                sandboxes[k].send(fd)
+                continue
             k, fd = key.data
             chunk = os.read(key.fd, 65536)
             if not chunk:
                 sel.unregister(key.fd)
                 if (k, fd) in relays:  # the writer is gone: its reader sees the end too
-                    sandboxes[relays[k, fd][0]].close_input(relays[k, fd][1])
+                    to, to_fd = relays[k, fd]
+                    sandboxes[to].close_input(to_fd, drained=True)
                 continue
             box = sandboxes[k]
             box.received[fd] += chunk

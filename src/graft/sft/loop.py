@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from graft.backends import Backend, make_backend, policy_specs
+from graft.backends import Backend, check_ray_start, make_backend, policy_specs
 from graft.config import Config, ConfigError, to_dict
 from graft.errors import DataError, RunStopped
 from graft.eval.evaluate import evaluate_once
@@ -33,7 +33,7 @@ from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.sft.data import Example, Examples, read_examples
 from graft.tasks import build_task, prompt_batch, run_verifier
-from graft.tasks.pool import VerifierPool
+from graft.tasks.pool_ray import open_pool
 from graft.trainer import RunResult
 from graft.training.cost import CostLog, last_cumulative, step_cost
 from graft.training.progress import progress_bar, warn
@@ -70,7 +70,9 @@ class SftRun:
         self.verifier = run_verifier(cfg.verify, task)
         custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
         self.eval_verifier = self.verifier if custom else None
-        self.pool = VerifierPool(workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s)
+        check_ray_start(cfg)  # before the verifier pool starts a local Ray cluster
+        v = cfg.verify  # on Ray, verification runs on the cluster's CPUs too
+        self.pool = open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
         try:
             self.examples = read_examples(
                 cfg.sft, pool=self.pool, verifier=self.verifier, seed=cfg.run.seed

@@ -3,17 +3,34 @@ that runs it in the sandbox (`graft.sandbox`).
 
 A problem's gold is its tests as JSON (`CodeTests.to_gold`), in one of these forms:
 - `call`: a function name, argument lists and expected return values (`rel_tol` for floats,
-  `unordered` for lists whose order does not matter);
+  `unordered` for lists whose order does not matter). The expected values are JSON data, which
+  has no tuple and only string keys, so a returned value is compared as JSON would write it: a
+  tuple equals the list of its items (at any depth) and a key 1 the key "1", as the APPS/TACO
+  harness compares a returned tuple with its expected list; a set, bytes or complex value equals
+  no expected value. A value with no tagged JSON form (`graft.sandbox.values`) is a runtime error.
 - `stdio`: standard input and expected standard output per case, compared token by token after
-  trailing whitespace (floats within `rel_tol`);
+  trailing whitespace (floats within `rel_tol`); one sandbox run per case, each with its own
+  wall clock (`LIMITS.wall_s`), so a problem's budget grows with its cases (`time_budget_s`);
 - `assert`: Python statements that call the entry function (by its name, or `candidate`), as
-  MBPP's `test_list` or HumanEval's `check(candidate)`; they run in a sandbox of their own and
-  call the candidate's function through a JSON proxy (`graft.sandbox.asserts`), so arguments and
-  return values are JSON data (a tuple comes back as a list).
+  MBPP's `test_list` or HumanEval's `check(candidate)`; they run in a sandbox of their own
+  (`graft.sandbox.asserts`), in a namespace holding the candidate module's global names (its
+  imports re-imported by name, its functions as proxies that call into the candidate's sandbox,
+  small plain values copied), then the problem's `prelude` and `setup`, then the entry function.
+  Arguments and return values cross in tagged JSON and keep their types (tuples, sets, big ints,
+  nan, bytes...); the expected values never enter the candidate's sandbox. A NameError or
+  ImportError of the check itself (not the candidate's), a `setup` or `prelude` that raises, or
+  an argument with no tagged form, is a `check_error`: the verdict `error`, never `wrong`.
+Every form may carry a `prelude`: trusted problem text (HumanEval's prompt: its imports and
+helper functions) that the candidate's program starts with, as HumanEval's own harness runs
+`prompt + completion`, and that the checks run too (so `poly` or `encode_cyclic` of the prompt
+are the prompt's own, whatever the response redefines). `stdout_bytes` (0: the sandbox's
+default) caps what one run may print and send on its result channels.
 
-The program is the LAST fenced Python block of the response (```python ... ``` or a bare ```
-block); a response without one is `no_answer`. The reward is 1 only when every test passes; the
-share of tests passed goes to the verdict's detail, for diagnostics.
+The program is chosen among the response's fenced Python blocks (`graft.tasks.code_blocks`): the
+last that defines the entry function (usage examples, `>>>` transcripts and ```bash/```text/
+```output blocks are never run; a final fence left open still counts); a response without one
+is `no_answer`. The reward is 1 only when every test passes; the share of tests passed goes to
+the verdict's detail, for diagnostics.
 """
 
 from __future__ import annotations
@@ -21,18 +38,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from graft.sandbox import IsolationError, Limits, call_in_sandbox, run_sandboxed
 from graft.sandbox.asserts import run_asserts
 from graft.sandbox.calls import judge_calls
+from graft.tasks.code_blocks import choose_program, solution_names
 from graft.types import Verdict
 
 FORMS = ("call", "stdio", "assert")
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 LIMITS = Limits(wall_s=4.0, cpu_s=3)
+"""One sandbox run's limits (a stdio problem makes one run per case)."""
+STDOUT_BYTES = (1 << 10, 1 << 30)
+"""The range `stdout_bytes` may take (bytes)."""
 
 
 class CodeTestError(ValueError):
@@ -41,6 +60,12 @@ class CodeTestError(ValueError):
 
 @dataclass(frozen=True)
 class CodeTests:
+    """A problem's tests in one of `FORMS` (module docstring). `function`: the entry function
+    (call and assert forms; "" for assert tests whose entry is any name they call that nothing
+    else defines); `prelude`: trusted problem code run ahead of the program and the checks;
+    `stdout_bytes`: the cap on a run's standard output and result channels (0: the sandbox's
+    default)."""
+
     form: str
     function: str = ""
     calls: tuple[tuple[Any, ...], ...] = ()
@@ -51,6 +76,8 @@ class CodeTests:
     stdout: tuple[str, ...] = ()
     rel_tol: float = 1e-9
     unordered: bool = False
+    prelude: str = ""
+    stdout_bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -65,6 +92,10 @@ class CodeTests:
             body |= {"function": self.function, "tests": list(self.tests), "setup": self.setup}
         else:
             body |= {"stdin": list(self.stdin), "stdout": list(self.stdout)}
+        if self.prelude:
+            body["prelude"] = self.prelude
+        if self.stdout_bytes:
+            body["stdout_bytes"] = self.stdout_bytes
         return json.dumps(body, sort_keys=True)
 
 
@@ -79,6 +110,51 @@ def _need(spec: dict, key: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+def _python(source: Any, key: str) -> str:
+    if not isinstance(source, str):
+        raise CodeTestError(f"tests: {key} must be a string of Python, got {source!r:.60}")
+    try:
+        compile(source, key, "exec")
+    except SyntaxError as err:
+        raise CodeTestError(f"tests: {key} is not Python ({err.msg}, line {err.lineno})") from None
+    except ValueError as err:  # a null byte
+        raise CodeTestError(f"tests: {key} is not Python ({err})") from None
+    return source
+
+
+def _common(spec: dict) -> dict[str, Any]:
+    """The keys every form may have: rel_tol, prelude, stdout_bytes."""
+    try:
+        rel_tol = float(spec.get("rel_tol", 1e-9))
+    except (TypeError, ValueError):
+        got = spec["rel_tol"]
+        raise CodeTestError(f"tests: rel_tol must be a number, got {got!r:.60}") from None
+    if not 0 <= rel_tol < 1:
+        raise CodeTestError(f"tests: rel_tol must be in [0, 1), got {rel_tol}")
+    cap = spec.get("stdout_bytes", 0)
+    low, high = STDOUT_BYTES
+    if isinstance(cap, bool) or not isinstance(cap, int) or not (cap == 0 or low <= cap <= high):
+        raise CodeTestError(
+            f"tests: stdout_bytes must be an integer in [{low}, {high}] (0: the default), "
+            f"got {cap!r:.60}"
+        )
+    prelude = _python(spec.get("prelude", ""), "prelude")
+    return {"rel_tol": rel_tol, "prelude": prelude, "stdout_bytes": cap}
+
+
+def _assert_tests(spec: dict, common: dict[str, Any]) -> CodeTests:
+    function = _need(spec, "function", str)
+    if function and not function.isidentifier():
+        raise CodeTestError(f"tests: function {function!r} is not a Python name")
+    tests = _need(spec, "tests", list)
+    if not tests or not all(isinstance(t, str) and t.strip() for t in tests):
+        raise CodeTestError("tests: tests must be a non-empty list of Python statements")
+    for i, test in enumerate(tests):
+        _python(test, f"tests[{i}]")
+    setup = _python(spec.get("setup", ""), "setup")
+    return CodeTests("assert", function, tests=tuple(tests), setup=setup, **common)
+
+
 def parse_tests(spec: Any) -> CodeTests:
     """A test spec (a dict, or its JSON) as CodeTests; CodeTestError names what is wrong."""
     if isinstance(spec, str):
@@ -91,27 +167,13 @@ def parse_tests(spec: Any) -> CodeTests:
     form = spec.get("form")
     if form not in FORMS:
         raise CodeTestError(f"tests: form {form!r} is not supported; use one of {list(FORMS)}")
-    rel_tol = float(spec.get("rel_tol", 1e-9))
-    if not 0 <= rel_tol < 1:
-        raise CodeTestError(f"tests: rel_tol must be in [0, 1), got {rel_tol}")
-    if form in ("call", "assert"):
+    common = _common(spec)
+    if form == "assert":
+        return _assert_tests(spec, common)
+    if form == "call":
         function = _need(spec, "function", str)
         if not function.isidentifier():
             raise CodeTestError(f"tests: function {function!r} is not a Python name")
-    if form == "assert":
-        tests = _need(spec, "tests", list)
-        if not tests or not all(isinstance(t, str) and t.strip() for t in tests):
-            raise CodeTestError("tests: tests must be a non-empty list of Python statements")
-        for i, test in enumerate(tests):
-            try:
-                compile(test, f"tests[{i}]", "exec")
-            except SyntaxError as err:
-                raise CodeTestError(f"tests: tests[{i}] is not Python ({err.msg})") from None
-        setup = spec.get("setup", "")
-        if not isinstance(setup, str):
-            raise CodeTestError("tests: setup must be a string of Python")
-        return CodeTests("assert", function, tests=tuple(tests), setup=setup, rel_tol=rel_tol)
-    if form == "call":
         calls, expected = _need(spec, "calls", list), _need(spec, "expected", list)
         if not calls or len(calls) != len(expected):
             raise CodeTestError(
@@ -121,8 +183,8 @@ def parse_tests(spec: Any) -> CodeTests:
             if not isinstance(args, list):
                 raise CodeTestError(f"tests: calls[{i}] must be a list of arguments")
         return CodeTests(
-            "call", function, tuple(tuple(c) for c in calls), tuple(expected), rel_tol=rel_tol,
-            unordered=bool(spec.get("unordered", False)),
+            "call", function, tuple(tuple(c) for c in calls), tuple(expected),
+            unordered=bool(spec.get("unordered", False)), **common,
         )  # fmt: skip
     stdin, stdout = _need(spec, "stdin", list), _need(spec, "stdout", list)
     if (
@@ -131,13 +193,7 @@ def parse_tests(spec: Any) -> CodeTests:
         or not all(isinstance(x, str) for x in stdin + stdout)
     ):
         raise CodeTestError("tests: stdin and stdout must be lists of strings of the same length")
-    return CodeTests("stdio", stdin=tuple(stdin), stdout=tuple(stdout), rel_tol=rel_tol)
-
-
-def last_python_block(response: str) -> str | None:
-    """The last fenced Python (or unlabeled) code block of a response, or None."""
-    blocks = _FENCE.findall(response)
-    return blocks[-1] if blocks else None
+    return CodeTests("stdio", stdin=tuple(stdin), stdout=tuple(stdout), **common)
 
 
 def same_stdout(got: str, want: str, rel_tol: float) -> bool:
@@ -156,25 +212,80 @@ def same_stdout(got: str, want: str, rel_tol: float) -> bool:
     return True
 
 
+def entry_names(tests: CodeTests) -> tuple[str, ...]:
+    """The names a program must define for `tests`: the function (call and assert forms), or,
+    for assert tests with none given, the names the tests call that nothing else defines; ()
+    for stdio."""
+    if tests.form == "stdio":
+        return ()
+    if tests.function:
+        return (tests.function,)
+    return tuple(solution_names(tests.tests, (tests.setup, tests.prelude)))
+
+
+def with_prelude(tests: CodeTests, code: str) -> str:
+    """`code` after the problem's prelude (HumanEval's harness runs `prompt + completion`): a
+    whole module redefines what the prelude only declared, and a function body written alone
+    continues the prelude's last function."""
+    return f"{tests.prelude}\n{code}" if tests.prelude else code
+
+
+def program_of(response: str, tests: CodeTests) -> str | None:
+    """The program to run for `response`: its chosen block (`code_blocks.choose_program`),
+    after the problem's prelude; None when it has no Python block."""
+    block = choose_program(response, entry_names(tests))
+    return None if block is None else with_prelude(tests, block)
+
+
+def time_budget_s(tests: CodeTests) -> float:
+    """Wall-clock seconds that verifying one response against `tests` may take: one sandbox
+    run's wall clock per run (a stdio problem makes one run per case; the others one), plus the
+    sandboxes' start and clean-up."""
+    runs = len(tests) if tests.form == "stdio" else 1
+    return runs * (LIMITS.wall_s + 0.5) + 2.0
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """How a program did on its tests: `reason` "" when all passed, else timeout / memory /
+    output_limit / runtime_error / wrong / check_error (the check itself failed) /
+    sandbox_error (the sandbox did not start); `detail` says more (the check's error)."""
+
+    passed: bool
+    reason: str
+    share: float
+    detail: str = ""
+
+
+def _limits(limits: Limits, tests: CodeTests, unsafe: bool) -> Limits:
+    extra = {"stdout_bytes": tests.stdout_bytes} if tests.stdout_bytes else {}
+    return dataclasses.replace(limits, unsafe_local=unsafe, **extra)
+
+
 def run_tests(
     program: str, tests: CodeTests, limits: Limits = LIMITS, *, unsafe: bool = False
-) -> tuple[bool, str, float]:
-    """(all passed, reason, share passed): reason "" when passed, else timeout / memory /
-    output_limit / runtime_error / wrong. `unsafe`: without isolation (`unsafe_local`)."""
-    limits = dataclasses.replace(limits, unsafe_local=unsafe)
+) -> TestRun:
+    """Run `program` (whole, prelude included) against `tests`. `unsafe`: without isolation
+    (`unsafe_local`)."""
+    limits = _limits(limits, tests, unsafe)
     if tests.form == "call":
         outcome, returns = call_in_sandbox(
             program, tests.function, [list(c) for c in tests.calls], limits=limits
         )
-        return judge_calls(
+        if outcome.status == "error":
+            return TestRun(False, "sandbox_error", 0.0, outcome.detail)
+        ok, reason, share = judge_calls(
             outcome, returns, list(tests.expected), rel_tol=tests.rel_tol, unordered=tests.unordered
         )
+        return TestRun(ok, reason, share)
     if tests.form == "assert":
         return _run_asserts(program, tests, limits)
-    passed, reason = 0, ""
+    passed, reason, detail = 0, "", ""
     for stdin, want in zip(tests.stdin, tests.stdout, strict=True):
         outcome = run_sandboxed({"main.py": program.encode()}, ["python", "main.py"],
                                 stdin=stdin.encode(), limits=limits)  # fmt: skip
+        if outcome.status == "error":
+            return TestRun(False, "sandbox_error", passed / len(tests), outcome.detail)
         if outcome.status != "ok":
             reason = reason or outcome.status
             if outcome.status in ("timeout", "memory"):
@@ -183,22 +294,33 @@ def run_tests(
             passed += 1
         else:
             reason = reason or "wrong"
-    return passed == len(tests), reason, passed / len(tests)
+    return TestRun(passed == len(tests), reason, passed / len(tests), detail)
 
 
-def _run_asserts(program: str, tests: CodeTests, limits: Limits) -> tuple[bool, str, float]:
+def _run_asserts(program: str, tests: CodeTests, limits: Limits) -> TestRun:
+    entry = entry_names(tests)
     candidate, checker, results = run_asserts(
-        program, tests.function, list(tests.tests), setup=tests.setup, limits=limits
-    )
+        program, tests.function, list(tests.tests), setup=tests.setup, prelude=tests.prelude,
+        expected=() if tests.function else entry, limits=limits,
+    )  # fmt: skip
     share = sum(bool(r and r["passed"]) for r in results) / len(results)
     for outcome in (candidate, checker):
+        if outcome.status == "error":
+            return TestRun(False, "sandbox_error", share, outcome.detail)
+    for outcome in (candidate, checker):
         if outcome.status in ("timeout", "memory", "output_limit"):
-            return False, outcome.status, share
+            return TestRun(False, outcome.status, share)
     if all(r and r["passed"] for r in results):
-        return True, "", share
+        return TestRun(True, "", share)
     failed = [r for r in results if not (r and r["passed"])]
-    crashed = any(r is None or r["error"].startswith("candidate:") for r in failed)
-    return False, "runtime_error" if crashed else "wrong", share
+    check_errors = [r["error"] for r in failed if r and r["error"].startswith("check_error:")]
+    if check_errors:
+        return TestRun(False, "check_error", share, check_errors[0].split(":", 1)[1].strip())
+    crashed = [r for r in failed if r is None or r["error"].startswith("candidate:")]
+    if crashed:
+        first = crashed[0]
+        return TestRun(False, "runtime_error", share, first["error"] if first else "no result")
+    return TestRun(False, "wrong", share, failed[0]["error"] if failed[0] else "")
 
 
 def verify_code_unsafe_local(response: str, gold: str, problem: str = "") -> Verdict:
@@ -207,29 +329,36 @@ def verify_code_unsafe_local(response: str, gold: str, problem: str = "") -> Ver
 
 
 def verify_code(response: str, gold: str, problem: str = "", *, unsafe: bool = False) -> Verdict:
-    """Run the response's last Python block against the tests in `gold` (module docstring)."""
+    """Run the response's program (module docstring) against the tests in `gold`."""
     try:
         tests = parse_tests(gold)
     except CodeTestError as err:
         return Verdict("error", f"unusable tests: {err}")
-    program = last_python_block(response)
+    program = program_of(response, tests)
     if program is None:
         return Verdict("no_answer", "no fenced Python block")
     try:
-        ok, reason, share = run_tests(program, tests, unsafe=unsafe)
+        run = run_tests(program, tests, unsafe=unsafe)
     except IsolationError as err:
         return Verdict("error", f"no sandbox: {err}")
-    detail = f"passed {share:.0%} of {len(tests)} tests"
-    if ok:
+    detail = f"passed {run.share:.0%} of {len(tests)} tests"
+    if run.passed:
         return Verdict("correct", detail)
-    return Verdict("timeout" if reason == "timeout" else "wrong", f"{reason}: {detail}")
+    if run.reason == "sandbox_error":
+        return Verdict("error", f"no sandbox: {run.detail}")
+    if run.reason == "check_error":
+        return Verdict("error", f"check error: {run.detail}: {detail}")
+    return Verdict("timeout" if run.reason == "timeout" else "wrong", f"{run.reason}: {detail}")
 
 
 def code_reason(verdict: Verdict) -> str:
     """Why a code verdict is not `correct`: timeout, memory, output_limit, runtime_error, wrong,
-    no_answer, or error (unusable tests, no sandbox); "" when correct."""
+    no_answer, check_error (the check itself failed: a NameError or ImportError of its own, a
+    setup that raised), or error (unusable tests, no sandbox); "" when correct."""
     if verdict.correct:
         return ""
+    if verdict.category == "error" and verdict.detail.startswith("check error:"):
+        return "check_error"
     if verdict.category in ("no_answer", "error"):
         return verdict.category
     return verdict.detail.split(":", 1)[0]

@@ -20,6 +20,7 @@ for JSONL they are line numbers.
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -41,7 +42,8 @@ Row = tuple[int, dict[str, Any]]
 
 
 def _read_jsonl(path: Path, limit: int) -> Iterator[Row]:
-    with path.open("rb") as f:
+    """The rows of a .jsonl file (gzip-compressed when its name ends in .gz)."""
+    with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as f:
         count = 0
         for line_no, raw in enumerate(f, start=1):
             if limit and count >= limit:

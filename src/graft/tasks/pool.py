@@ -4,135 +4,33 @@ Workers are long-lived processes (forkserver context: the trainer holds torch th
 A response past its deadline gets its worker killed (SIGKILL), is scored `timeout`, and a fresh
 worker takes the place of the old one; the rest of the batch carries on. Verifier hangs are the most
 common cause of frozen RLVR runs, and SIGALRM-based limits do not work in threads.
+
+The deadline of an item is `timeout_s`, except for the built-in code verifiers (`code`,
+`code_unsafe_local`), which run each test as its own sandboxed program: theirs is the larger of
+`timeout_s` and the problem's time budget (`code_time_budget_s`). Workers report the CPU seconds
+each chunk cost (`cpu_s`: theirs, their children's and their sandboxed programs'). The scheduling
+here is the same for every transport: local worker processes (`LocalTransport`, the default) or
+Ray actors (`graft.tasks.pool_ray`, which also holds `open_pool`, a run's pool of either kind).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import multiprocessing
-import os
-import signal
 import sys
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Protocol
 
-from graft.procutil import die_with_parent
-from graft.tasks.verify import (
-    VERIFIERS,
-    Verifier,
-    _check_name,
-    _clip,
-    _error,
-    _math,
-    resolve_verifier,
-    verify_math,
-)
-from graft.types import VERDICT_CATEGORIES, Verdict
+from graft.tasks.pool_worker import LOADING, READY, worker_loop
+from graft.tasks.verify import CODE_VERIFIERS, VERIFIERS, _check_name
+from graft.types import Verdict
 
-# ---------------------------------------------------------------------------- worker process
-
-
-def _die_with_parent() -> None:
-    """Make sure a worker cannot outlive the training process, even one killed with SIGKILL.
-
-    The worker's parent is the forkserver, which exits when the pipe from the training process
-    reaches EOF; Linux then SIGKILLs the worker (PR_SET_PDEATHSIG). Each forkserver child inherits
-    a write end of that pipe: it is closed here, or a hung worker would keep the forkserver, and so
-    itself, alive.
-    """
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    alive_fd = getattr(server, "_forkserver_alive_fd", None)
-    if alive_fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(alive_fd)
-        server._forkserver_alive_fd = None
-    die_with_parent()
-
-
-def _takes_problem(fn: Verifier) -> bool:
-    """Does a verifier take the problem text as its third argument (two-argument plug-ins
-    from before the problem was passed do not)?"""
-    try:
-        inspect.signature(fn).bind("", "", "")
-    except TypeError:
-        return False
-    except ValueError:  # no signature (a builtin): call it the current way
-        return True
-    return True
-
-
-def _load(name: str) -> Verifier | Exception:
-    """Resolve a verifier and import what it needs (math: sympy and math-verify, ~1 s)."""
-    try:
-        fn = resolve_verifier(name)
-        if fn is verify_math:
-            _math()
-        if not _takes_problem(fn):
-            two_args = fn
-            return lambda response, gold, problem: two_args(response, gold)
-        return fn
-    except Exception as exc:
-        return exc
-
-
-def _run_one(
-    fn: Verifier | Exception, name: str, response: str, gold: str, problem: str
-) -> Verdict:
-    if isinstance(fn, Exception):
-        return Verdict("error", _clip(f"cannot load verifier {name!r}: {fn}"))
-    try:
-        verdict = fn(response, gold, problem)
-    except Exception as exc:
-        return _error(exc)
-    if not (
-        isinstance(verdict, Verdict)
-        and verdict.category in VERDICT_CATEGORIES
-        and isinstance(verdict.detail, str)
-    ):
-        return Verdict("error", _clip(f"verifier {name!r} returned {verdict!r}, not a Verdict"))
-    return verdict
-
-
-def _worker_loop(conn: Connection, parent_sys_path: list[str]) -> None:
-    """Verify the chunks of items sent by the pool; exit on None or when the parent goes away."""
-    # Ctrl-C is the parent's business: it closes the pool; workers must not print tracebacks.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
-    # Plug-in verifiers import from the parent's path, not the forkserver's (set when it started).
-    sys.path[:] = parent_sys_path
-    conn.send(_READY)
-    loaded: dict[str, Verifier | Exception] = {}
-    while True:
-        try:
-            chunk = conn.recv()
-        except (EOFError, OSError):
-            return
-        if chunk is None:
-            return
-        out = []
-        for name, response, gold, problem in chunk:
-            if name not in loaded:
-                # Imports (~1 s for math) do not count against the time limit of the item.
-                conn.send(_LOADING)
-                loaded[name] = _load(name)
-                conn.send(_READY)
-            verdict = _run_one(loaded[name], name, response, gold, problem)
-            out.append((verdict.category, _clip(verdict.detail)))
-        conn.send(out)
-
-
-# ---------------------------------------------------------------------------- pool
-
-_READY, _LOADING = "ready", "loading"
 _START_LIMIT_S = 60.0
 """Limit on starting a worker, and on importing a verifier's modules."""
 _MAIN_GUARD_HINT = (
@@ -143,84 +41,205 @@ _MAIN_GUARD_HINT = (
 # one pipe round trip per item costs ~50-100 us, more than a final_number check itself.
 _CHUNK_TARGET_S = 0.01
 _MAX_CHUNK = 64
+_BUDGET_CACHE = 4096
+"""Code time budgets kept per pool (by gold), so a group's responses parse their tests once."""
+
+
+def code_time_budget_s(gold: str) -> float:
+    """The wall clock a code problem's tests may take together: `graft.tasks.code.time_budget_s`
+    where it exists, else one sandbox wall-clock limit per test plus 2 s; 0 for tests that do
+    not parse (the verifier scores those `error` at once)."""
+    from graft.tasks import code
+
+    try:
+        tests = code.parse_tests(gold)
+    except code.CodeTestError:
+        return 0.0
+    budget = getattr(code, "time_budget_s", None)
+    if budget is not None:
+        return float(budget(tests))
+    return len(tests) * code.LIMITS.wall_s + 2.0
+
+
+class WorkerGone(Exception):
+    """A worker could not be sent its chunk (it has died)."""
+
+
+class Transport(Protocol):
+    """How the pool starts, feeds, hears from and kills its workers. A worker sends READY once
+    started, LOADING / READY around importing a verifier, and for each chunk its `Done`."""
+
+    def start(self) -> Any:
+        """Start one worker; its handle."""
+
+    def send(self, handle: Any, chunk: list[tuple[str, str, str, str]]) -> bool:
+        """Give the worker a chunk; True when it imports a verifier first (the time limit counts
+        from its READY). WorkerGone when it has died."""
+
+    def wait(self, handles: Sequence[Any], timeout_s: float) -> list[Any]:
+        """The handles with a message to receive (or dead), waiting up to `timeout_s`."""
+
+    def receive(self, handle: Any) -> Any:
+        """The worker's next message; None when it died."""
+
+    def kill(self, handle: Any) -> None: ...
+
+    def death(self, handle: Any) -> str:
+        """How a dead worker ended, for a verdict's detail."""
+
+    def start_failure(self, handle: Any) -> Exception:
+        """The error for a worker that died while starting."""
+
+    def start_timeout(self) -> Exception:
+        """The error for a worker that did not start within the start limit."""
+
+    def pid(self, handle: Any) -> int: ...
+
+    def stop(self, workers: list[Any]) -> None:
+        """Stop every worker (`_Worker`s) and clear the list; at close, exit or collection."""
+
+
+@dataclass(eq=False)
+class _Local:
+    proc: Any  # a Process of the pool's multiprocessing context
+    conn: Connection
+
+
+class LocalTransport:
+    """Worker processes on this machine (forkserver where available, else spawn)."""
+
+    def __init__(self) -> None:
+        forkserver = "forkserver" in multiprocessing.get_all_start_methods()
+        self._ctx = multiprocessing.get_context("forkserver" if forkserver else "spawn")
+
+    def start(self) -> _Local:
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        args = (child_end, list(sys.path))
+        proc = self._ctx.Process(target=worker_loop, args=args, name="graft-verifier", daemon=True)
+        proc.start()
+        child_end.close()  # so the parent sees EOF when the worker dies
+        return _Local(proc, parent_end)
+
+    def send(self, handle: _Local, chunk: list[tuple[str, str, str, str]]) -> bool:
+        try:
+            handle.conn.send(chunk)
+        except (OSError, ValueError):
+            raise WorkerGone from None
+        return False  # the worker says when it imports
+
+    def wait(self, handles: Sequence[_Local], timeout_s: float) -> list[_Local]:
+        by = {h.conn: h for h in handles} | {h.proc.sentinel: h for h in handles}
+        return list(dict.fromkeys(by[r] for r in wait(list(by), timeout_s)))
+
+    def receive(self, handle: _Local) -> Any:
+        try:
+            if handle.conn.poll():
+                return handle.conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def kill(self, handle: _Local) -> None:
+        handle.proc.kill()
+        handle.proc.join(5.0)
+        handle.conn.close()
+
+    def death(self, handle: _Local) -> str:
+        handle.proc.join(1.0)
+        return f"exit code {handle.proc.exitcode}"
+
+    def start_failure(self, handle: _Local) -> Exception:
+        handle.proc.join(1.0)
+        return RuntimeError(
+            f"a verifier worker exited while starting (exit code {handle.proc.exitcode}); see its "
+            f"traceback above; {_MAIN_GUARD_HINT}"
+        )
+
+    def start_timeout(self) -> Exception:
+        return RuntimeError(f"a verifier worker did not start in {_START_LIMIT_S:g} s")
+
+    def pid(self, handle: _Local) -> int:
+        return handle.proc.pid
+
+    def stop(self, workers: list[Any]) -> None:
+        """Ask idle workers to exit, SIGKILL the rest."""
+        for w in workers:
+            with contextlib.suppress(OSError, ValueError):
+                w.handle.conn.send(None)
+        deadline = time.monotonic() + 1.0
+        for w in workers:
+            proc = w.handle.proc
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5.0)
+            w.handle.conn.close()
+        workers.clear()
 
 
 @dataclass(eq=False)
 class _Worker:
-    proc: Any  # a Process of the pool's multiprocessing context
-    conn: Connection
+    handle: Any
     started: float
     ready: bool = False
     """The worker has started (imports done); deadlines count from then."""
     chunk: tuple[int, ...] = ()
     """Indices of the items in flight; empty when idle."""
     sent: float = 0.0
+    limit: float = 0.0
+    """The chunk's time limit: its largest item's."""
     deadline: float = math.inf
 
 
-def _stop_workers(workers: list[_Worker]) -> None:
-    """Ask idle workers to exit, SIGKILL the rest; also runs at exit and on garbage collection."""
-    for w in workers:
-        with contextlib.suppress(OSError, ValueError):
-            w.conn.send(None)
-    deadline = time.monotonic() + 1.0
-    for w in workers:
-        w.proc.join(max(0.0, deadline - time.monotonic()))
-        if w.proc.is_alive():
-            w.proc.kill()
-            w.proc.join(5.0)
-        w.conn.close()
-    workers.clear()
-
-
 class VerifierPool:
-    """Long-lived verifier worker processes with a hard per-item time limit.
+    """Long-lived verifier workers with a hard per-item time limit.
 
-    No item ever runs longer than `timeout_s`: a worker still busy then is killed (SIGKILL) and
-    replaced. Fast items travel in small chunks (one pipe round trip per chunk; a chunk must
-    finish within `timeout_s` as a whole); when a chunk overruns or its worker dies, its items are
-    rerun one per message, and only an item that overruns ALONE is scored `timeout` (one whose
-    worker dies alone: `error`). Workers start once (forkserver: they never inherit the parent's
-    torch threads) and are reused across `verify` calls; `close()`, the end of a `with` block,
-    garbage collection or interpreter exit stops them. A worker that cannot start raises
-    RuntimeError, and any exception escaping `verify` closes the pool (items may be in flight).
-    One caller at a time: the pool is not thread-safe.
+    No item ever runs longer than its limit (`timeout_s`; a code problem's time budget when that
+    is larger): a worker still busy then is killed (SIGKILL) and replaced. Fast items travel in
+    small chunks (one round trip per chunk; a chunk must finish within its largest item's limit
+    as a whole); when a chunk overruns or its worker dies, its items are rerun one per message,
+    and only an item that overruns ALONE is scored `timeout` (one whose worker dies alone:
+    `error`). Workers start once (forkserver: they never inherit the parent's torch threads) and
+    are reused across `verify` calls; `close()`, the end of a `with` block, garbage collection or
+    interpreter exit stops them. A worker that cannot start raises RuntimeError, and any exception
+    escaping `verify` (or `verify_iter`, abandoned included) closes the pool (items may be in
+    flight). `cpu_s` counts the CPU seconds the workers reported. One caller at a time: the pool
+    is not thread-safe.
     """
 
-    def __init__(self, workers: int = 2, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, workers: int = 2, timeout_s: float = 5.0, *, transport: Transport | None = None
+    ) -> None:
         if workers < 1:
             raise ValueError(f"verify.workers must be >= 1 (got {workers})")
         if not timeout_s > 0:
             raise ValueError(f"verify.timeout_s must be > 0 (got {timeout_s})")
         self.num_workers = workers
         self.timeout_s = float(timeout_s)
-        forkserver = "forkserver" in multiprocessing.get_all_start_methods()
-        self._ctx = multiprocessing.get_context("forkserver" if forkserver else "spawn")
+        self.cpu_s = 0.0
+        """CPU seconds the workers spent verifying (what each chunk's worker reported; an item
+        whose worker was killed at its deadline is not counted)."""
+        self._transport = transport or LocalTransport()
         self._cost: dict[str, float] = {}  # running mean seconds per item, per verifier name
+        self._budgets: dict[str, float] = {}
         self._workers: list[_Worker] = []
-        self._finalizer = weakref.finalize(self, _stop_workers, self._workers)
+        self._finalizer = weakref.finalize(self, self._transport.stop, self._workers)
         try:
             self._workers.extend(self._start() for _ in range(workers))
             for w in self._workers:  # fail here, not in the first training step
-                if not w.conn.poll(max(0.0, w.started + _START_LIMIT_S - time.monotonic())):
-                    raise RuntimeError(f"a verifier worker did not start in {_START_LIMIT_S:g} s")
+                left = max(0.0, w.started + _START_LIMIT_S - time.monotonic())
+                if not self._transport.wait([w.handle], left):
+                    raise self._transport.start_timeout()
                 self._receive(w, [], (), deque())
         except BaseException:
             self.close()
             raise
 
     def _start(self) -> _Worker:
-        parent_end, child_end = self._ctx.Pipe(duplex=True)
-        args = (child_end, list(sys.path))
-        proc = self._ctx.Process(target=_worker_loop, args=args, name="graft-verifier", daemon=True)
-        proc.start()
-        child_end.close()  # so the parent sees EOF when the worker dies
-        return _Worker(proc, parent_end, started=time.monotonic())
+        return _Worker(self._transport.start(), started=time.monotonic())
 
     def _replace(self, w: _Worker) -> _Worker:
-        w.proc.kill()
-        w.proc.join(5.0)
-        w.conn.close()
+        self._transport.kill(w.handle)
         w.chunk = ()
         new = self._start()
         self._workers[self._workers.index(w)] = new
@@ -229,11 +248,19 @@ class VerifierPool:
     @property
     def pids(self) -> tuple[int, ...]:
         """Process ids of the current workers (they change when a worker is replaced)."""
-        return tuple(w.proc.pid for w in self._workers)
+        return tuple(self._transport.pid(w.handle) for w in self._workers)
 
     def verify(self, items: Sequence[tuple[str, ...]]) -> list[Verdict]:
         """Verdicts of (verifier_name, response, gold, problem) items, in input order; an item
         without its fourth string has no problem text ("")."""
+        results: list[Verdict | None] = [None] * len(items)
+        for i, verdict in self.verify_iter(items):
+            results[i] = verdict
+        return results  # type: ignore[return-value]
+
+    def verify_iter(self, items: Sequence[tuple[str, ...]]) -> Iterator[tuple[int, Verdict]]:
+        """(index, verdict) of each item as its verdict arrives (completion order). The items are
+        checked here, before any is sent; leaving the iteration early closes the pool."""
         if not self._finalizer.alive:
             raise RuntimeError("VerifierPool.verify() called after close()")
         for i, item in enumerate(items):
@@ -241,22 +268,37 @@ class VerifierPool:
                 raise TypeError(
                     f"item {i} is not (verifier_name, response, gold[, problem]) strings: {item!r}"
                 )
-        items = [(*item, "") if len(item) == 3 else tuple(item) for item in items]
-        for name in {item[0] for item in items}:
+        full = [(*item, "") if len(item) == 3 else tuple(item) for item in items]
+        for name in {item[0] for item in full}:
             if name not in VERIFIERS:
                 _check_name(name)
-        results: list[Verdict | None] = [None] * len(items)
+        return self._verdicts(full)
+
+    def _verdicts(self, items: Sequence[tuple[str, ...]]) -> Iterator[tuple[int, Verdict]]:
+        done: list[tuple[int, Verdict]] = []
         todo, alone = deque(range(len(items))), deque[int]()
         try:
             while todo or alone or any(w.chunk for w in self._workers):
                 for w in list(self._workers):
                     if not w.chunk and (todo or alone):
                         self._send(w, self._next_chunk(items, todo, alone), items)
-                self._collect(results, items, alone)
-        except BaseException:
+                self._collect(done, items, alone)
+                while done:
+                    yield done.pop(0)
+        except BaseException:  # GeneratorExit included: items may be in flight
             self.close()
             raise
-        return results  # type: ignore[return-value]
+
+    def _limit(self, item: tuple[str, ...]) -> float:
+        """An item's time limit: `timeout_s`, or a code problem's time budget when larger."""
+        name, gold = item[0], item[2]
+        if name not in CODE_VERIFIERS:
+            return self.timeout_s
+        if gold not in self._budgets:
+            if len(self._budgets) >= _BUDGET_CACHE:
+                self._budgets.clear()
+            self._budgets[gold] = code_time_budget_s(gold)
+        return max(self.timeout_s, self._budgets[gold])
 
     def _next_chunk(self, items: Sequence, todo: deque[int], alone: deque[int]) -> tuple[int, ...]:
         if alone:
@@ -273,81 +315,73 @@ class VerifierPool:
     def _send(self, w: _Worker, chunk: tuple[int, ...], items: Sequence) -> None:
         message = [tuple(items[i]) for i in chunk]
         try:
-            w.conn.send(message)
-        except (OSError, ValueError):
+            loading = self._transport.send(w.handle, message)
+        except WorkerGone:
             if not w.ready:
-                raise self._start_failure(w) from None
+                raise self._transport.start_failure(w.handle) from None
             w = self._replace(w)  # it died while idle: its replacement takes the chunk
-            w.conn.send(message)
+            loading = self._transport.send(w.handle, message)
         w.chunk, w.sent = chunk, time.monotonic()
-        w.deadline = w.sent + self.timeout_s if w.ready else math.inf
+        w.limit = max(self._limit(items[i]) for i in chunk)
+        if not w.ready:
+            w.deadline = math.inf
+        else:
+            w.deadline = w.sent + (_START_LIMIT_S if loading else w.limit)
 
-    def _start_failure(self, w: _Worker) -> RuntimeError:
-        w.proc.join(1.0)
-        return RuntimeError(
-            f"a verifier worker exited while starting (exit code {w.proc.exitcode}); see its "
-            f"traceback above; {_MAIN_GUARD_HINT}"
-        )
-
-    def _receive(self, w: _Worker, results: list, items: Sequence, alone: deque[int]) -> None:
-        """Read one message from a worker that signalled; handle its death (EOF, or only the
-        process sentinel fired)."""
-        message = None
-        try:
-            if w.conn.poll():
-                message = w.conn.recv()
-        except (EOFError, OSError):
-            pass
+    def _receive(self, w: _Worker, done: list, items: Sequence, alone: deque[int]) -> None:
+        """Take one message from a worker that signalled; handle its death (no message)."""
+        message = self._transport.receive(w.handle)
         now = time.monotonic()
         if message is None and not w.ready:
-            raise self._start_failure(w)
+            raise self._transport.start_failure(w.handle)
         if message is None:  # died in the middle of its chunk
-            w.proc.join(1.0)
+            how = self._transport.death(w.handle)
             if len(w.chunk) == 1:
                 name = items[w.chunk[0]][0]
-                results[w.chunk[0]] = Verdict(
-                    "error", f"verifier worker died (exit code {w.proc.exitcode}) on {name!r}"
+                done.append(
+                    (w.chunk[0], Verdict("error", f"verifier worker died ({how}) on {name!r}"))
                 )
             else:
                 alone.extend(w.chunk)
             self._replace(w)
-        elif message == _LOADING:
-            w.deadline = now + _START_LIMIT_S
-        elif message == _READY:
+        elif message == LOADING:  # a Ray actor may say so before it says READY
+            w.ready, w.deadline = True, now + _START_LIMIT_S
+        elif message == READY:
             w.ready, w.sent = True, now
-            w.deadline = now + self.timeout_s
+            w.deadline = now + w.limit
         else:
-            for i, (category, detail) in zip(w.chunk, message, strict=True):
-                results[i] = Verdict(category, detail)
+            verdicts, cpu_s = message
+            self.cpu_s += cpu_s
+            for i, (category, detail) in zip(w.chunk, verdicts, strict=True):
+                done.append((i, Verdict(category, detail)))
             name, per_item = items[w.chunk[0]][0], (now - w.sent) / len(w.chunk)
             self._cost[name] = 0.7 * self._cost.get(name, per_item) + 0.3 * per_item
             w.chunk = ()
 
-    def _collect(self, results: list, items: Sequence, alone: deque[int]) -> None:
+    def _collect(self, done: list, items: Sequence, alone: deque[int]) -> None:
         """Wait for the next message or deadline; record verdicts, replace dead or late workers."""
         busy = [w for w in self._workers if w.chunk]
         if not busy:
             return
         deadlines = [w.deadline if w.ready else w.started + _START_LIMIT_S for w in busy]
         wait_s = max(0.0, min(deadlines) - time.monotonic())
-        ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], wait_s))
+        ready = {id(h) for h in self._transport.wait([w.handle for w in busy], wait_s)}
         for w in busy:
-            if w.conn in ready or w.proc.sentinel in ready:
-                self._receive(w, results, items, alone)
+            if id(w.handle) in ready:
+                self._receive(w, done, items, alone)
         now = time.monotonic()
         for w in busy:
             if not w.chunk or w not in self._workers:
                 continue
             if not w.ready and now >= w.started + _START_LIMIT_S:
-                raise RuntimeError(f"a verifier worker did not start in {_START_LIMIT_S:g} s")
+                raise self._transport.start_timeout()
             if now < w.deadline:
                 continue
             name = items[w.chunk[0]][0]
-            self._cost[name] = max(self._cost.get(name, 0.0), self.timeout_s)
+            self._cost[name] = max(self._cost.get(name, 0.0), w.limit)
             if len(w.chunk) == 1:
-                results[w.chunk[0]] = Verdict(
-                    "timeout", f"no verdict in {self.timeout_s:g} s ({name!r}); worker killed"
-                )
+                why = f"no verdict in {w.limit:g} s ({name!r}); worker killed"
+                done.append((w.chunk[0], Verdict("timeout", why)))
             else:
                 alone.extend(w.chunk)
             self._replace(w)

@@ -307,10 +307,11 @@ CODE_VERIFIERS = ("code", "code_unsafe_local")
 CODE_VERDICT_REASONS: dict[str, tuple[str, ...]] = {
     "wrong": ("wrong", "runtime_error", "memory", "output_limit"),
     "no_answer": ("no_code_block",),
-    "error": ("unusable_tests", "no_sandbox", "other"),
+    "error": ("unusable_tests", "no_sandbox", "check_error", "other"),
 }
 """The reasons of the code verifiers' verdicts (`graft.tasks.code`); a program past its wall
-clock is the category `timeout`."""
+clock is the category `timeout`; `check_error`: the problem's check itself failed (a NameError
+or ImportError of its own, a setup that raised), whatever the program did."""
 
 
 def code_verdict_reason(verdict: Verdict) -> str:
@@ -322,7 +323,7 @@ def code_verdict_reason(verdict: Verdict) -> str:
     if verdict.category == "no_answer":
         return "no_code_block"
     if verdict.category == "error":
-        for reason in ("unusable_tests", "no_sandbox"):
+        for reason in ("unusable_tests", "no_sandbox", "check_error"):
             if detail.startswith(reason.replace("_", " ") + ":"):
                 return reason
         return "other"

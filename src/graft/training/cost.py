@@ -15,6 +15,9 @@ Counted per policy (docs/method.md, "What a run costs"):
 - `<phase>_cpu_s`: process CPU seconds of each phase (generate, score, train), all the process's
   threads; `<phase>_gpu_s` on a CUDA device: the time between CUDA events at the phase's start
   and end on the device's stream.
+- `verify_cpu_s` (added by the trainer, not the meter): CPU seconds the verifier pool's workers
+  spent on the policy's responses in the step (`VerifierPool.cpu_s`: each worker's own, its
+  children's and its sandboxed programs').
 
 FLOPs (Kaplan et al., 2020, with N the model's parameters, shared ones once):
     2 N (prompt_tokens + gen_tokens + forward_tokens) + 6 N train_tokens

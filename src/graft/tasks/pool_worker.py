@@ -1,0 +1,138 @@
+"""The worker side of the verifier pool (`graft.tasks.pool`): load verifiers, verify a chunk of
+items, and count the CPU seconds the chunk cost. A local worker process runs `worker_loop`; a Ray
+actor (`graft.tasks.pool_ray`) calls `run_chunk` directly."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import resource
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+
+from graft.procutil import die_with_parent
+from graft.tasks.verify import Verifier, _clip, _error, _math, resolve_verifier, verify_math
+from graft.types import VERDICT_CATEGORIES, Verdict
+
+READY, LOADING = "ready", "loading"
+"""A worker's messages besides a chunk's verdicts: started (or done importing), importing."""
+
+Chunk = Sequence[tuple[str, str, str, str]]
+"""(verifier_name, response, gold, problem) items."""
+Done = tuple[list[tuple[str, str]], float]
+"""A chunk's (category, detail) verdicts and the CPU seconds verifying it cost."""
+
+
+def _die_with_parent() -> None:
+    """Make sure a worker cannot outlive the training process, even one killed with SIGKILL.
+
+    The worker's parent is the forkserver, which exits when the pipe from the training process
+    reaches EOF; Linux then SIGKILLs the worker (PR_SET_PDEATHSIG). Each forkserver child inherits
+    a write end of that pipe: it is closed here, or a hung worker would keep the forkserver, and so
+    itself, alive.
+    """
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        server._forkserver_alive_fd = None
+    die_with_parent()
+
+
+def _takes_problem(fn: Verifier) -> bool:
+    """Does a verifier take the problem text as its third argument (two-argument plug-ins
+    from before the problem was passed do not)?"""
+    try:
+        inspect.signature(fn).bind("", "", "")
+    except TypeError:
+        return False
+    except ValueError:  # no signature (a builtin): call it the current way
+        return True
+    return True
+
+
+def load(name: str) -> Verifier | Exception:
+    """Resolve a verifier and import what it needs (math: sympy and math-verify, ~1 s)."""
+    try:
+        fn = resolve_verifier(name)
+        if fn is verify_math:
+            _math()
+        if not _takes_problem(fn):
+            two_args = fn
+            return lambda response, gold, problem: two_args(response, gold)
+        return fn
+    except Exception as exc:
+        return exc
+
+
+def run_one(fn: Verifier | Exception, name: str, response: str, gold: str, problem: str) -> Verdict:
+    if isinstance(fn, Exception):
+        return Verdict("error", _clip(f"cannot load verifier {name!r}: {fn}"))
+    try:
+        verdict = fn(response, gold, problem)
+    except Exception as exc:
+        return _error(exc)
+    if not (
+        isinstance(verdict, Verdict)
+        and verdict.category in VERDICT_CATEGORIES
+        and isinstance(verdict.detail, str)
+    ):
+        return Verdict("error", _clip(f"verifier {name!r} returned {verdict!r}, not a Verdict"))
+    return verdict
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process, of its children that have been reaped (a sandboxed program
+    run as a plain child, a sandbox's init once it ends), and of the sandboxed programs that are
+    not its children, as the sandbox counts them (`graft.sandbox.run.PROGRAM_CPU_S`, read only
+    where that module was imported and has the counter)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    programs = getattr(sys.modules.get("graft.sandbox.run"), "PROGRAM_CPU_S", 0.0)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + float(programs)
+
+
+def run_chunk(
+    loaded: dict[str, Verifier | Exception],
+    chunk: Chunk,
+    say: Callable[[str], None] | None = None,
+) -> Done:
+    """Verify a chunk, loading verifiers not in `loaded` (telling `say` LOADING, then READY, so
+    that imports do not count against the items' time limit); its CPU seconds (`cpu_seconds`)."""
+    start = cpu_seconds()
+    out = []
+    for name, response, gold, problem in chunk:
+        if name not in loaded:
+            if say is not None:
+                say(LOADING)
+            loaded[name] = load(name)
+            if say is not None:
+                say(READY)
+        verdict = run_one(loaded[name], name, response, gold, problem)
+        out.append((verdict.category, _clip(verdict.detail)))
+    return out, max(0.0, cpu_seconds() - start)
+
+
+def worker_loop(conn: Connection, parent_sys_path: list[str]) -> None:
+    """Verify the chunks of items sent by the pool; exit on None or when the parent goes away."""
+    # Ctrl-C is the parent's business: it closes the pool; workers must not print tracebacks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    # Plug-in verifiers import from the parent's path, not the forkserver's (set when it started).
+    sys.path[:] = parent_sys_path
+    conn.send(READY)
+    loaded: dict[str, Verifier | Exception] = {}
+    while True:
+        try:
+            chunk = conn.recv()
+        except (EOFError, OSError):
+            return
+        if chunk is None:
+            return
+        conn.send(run_chunk(loaded, chunk, conn.send))

@@ -1,0 +1,108 @@
+"""The verifier pool beyond tests/test_verify.py: a code problem's deadline grows with its tests,
+verdicts stream as they arrive, the workers' CPU seconds are counted, and staging directories of
+killed sandbox makers are cleaned."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from graft.sandbox import isolation_problem
+from graft.sandbox.stale import remove_stale_stages, stage_prefix
+from graft.tasks.pool import VerifierPool
+
+TESTS_DIR = str(Path(__file__).resolve().parent)
+if TESTS_DIR not in sys.path:  # workers import plug-ins from the parent's sys.path
+    sys.path.insert(0, TESTS_DIR)
+needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
+
+
+@needs_sandbox
+def test_a_correct_stdio_program_whose_tests_outlast_timeout_s_is_correct_through_the_pool():
+    # Each of the 4 tests is its own sandboxed run of >= 0.25 s: together well past timeout_s.
+    program = "import time\ntime.sleep(0.25)\na, b = map(int, input().split())\nprint(a + b)\n"
+    gold = json.dumps(
+        {"form": "stdio", "stdin": [f"{i} 1\n" for i in range(4)], "stdout": ["1", "2", "3", "4"]}
+    )
+    wrong = program.replace("a + b", "a - b")
+    items = [("code", f"```python\n{p}```", gold, "") for p in (program, wrong)]
+    start = time.monotonic()
+    with VerifierPool(workers=2, timeout_s=0.5) as pool:
+        verdicts = pool.verify(items)
+    assert time.monotonic() - start > 1.0  # the tests did take longer than timeout_s
+    assert [v.category for v in verdicts] == ["correct", "wrong"], verdicts
+
+
+def test_verdicts_stream_in_completion_order():
+    items = [("hanging_verifier:check", "HANG", "x"), ("hanging_verifier:check", "ok", "ok")]
+    with VerifierPool(workers=2, timeout_s=1.0) as pool:
+        start = time.monotonic()
+        verdicts = pool.verify_iter(items)
+        got = [next(verdicts)]
+        first_s = time.monotonic() - start
+        got += list(verdicts)
+    assert first_s < 0.9  # the fast verdict came while the other item still hung
+    assert [i for i, _ in got] == [1, 0]
+    assert [v.category for _, v in got] == ["correct", "timeout"]
+
+
+@needs_sandbox
+def test_the_pool_counts_the_cpu_its_verifiers_and_their_programs_spend():
+    import cpu_verifier
+
+    items = [("cpu_verifier:burn", "1+1=2", "2")] * 3
+    with VerifierPool(workers=2, timeout_s=10.0) as pool:
+        before = pool.cpu_s
+        verdicts = pool.verify(items)
+        spent = pool.cpu_s - before
+    assert [v.category for v in verdicts] == ["correct"] * 3, verdicts
+    assert spent >= 3 * cpu_verifier.KNOWN_S, spent
+    assert spent < 3 * cpu_verifier.KNOWN_S + 10.0  # not wildly over (no runaway sum)
+
+
+def _made_by_a_process_that_exits(root: Path, prefix: str) -> Path:
+    code = (
+        "import sys, tempfile\n"
+        f"sys.path[:0] = {sys.path!r}\n"
+        "from graft.sandbox.stale import stage_prefix\n"
+        f"d = tempfile.mkdtemp(prefix=stage_prefix({prefix!r}), dir={str(root)!r})\n"
+        "open(d + '/config.json', 'w').write('{}')\n"
+        "print(d)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def test_stale_stages_of_a_dead_maker_are_removed_and_no_others(tmp_path):
+    prefix = "graft-sandbox-"
+    dead = _made_by_a_process_that_exits(tmp_path, prefix)
+    (dead / "root" / "ro").mkdir(parents=True)
+    (dead / "root" / "ro" / "f").write_text("x")
+    (dead / "root" / "ro").chmod(0o500)  # a read-only directory inside does not stop it
+    locked = _made_by_a_process_that_exits(tmp_path, prefix)
+    mine = Path(tempfile.mkdtemp(prefix=stage_prefix(prefix), dir=tmp_path))  # I still run
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    parent = tmp_path / f"{prefix}ns{ns}-pid{os.getppid()}-abc"  # a running maker
+    other_namespace = tmp_path / f"{prefix}ns1-pid{os.getpid() + 1}-abc"
+    local = tmp_path / f"{prefix}local-abc"  # not in the form: cannot be judged
+    stranger = tmp_path / f"graft-other-ns{ns}-pid1-x"
+    for d in (parent, other_namespace, local, stranger):
+        d.mkdir()
+    fd = os.open(locked, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # someone (a sweeper, a maker's heir) holds it
+        assert remove_stale_stages(prefix, tmp_path) == [dead]
+    finally:
+        os.close(fd)
+    assert not dead.exists()
+    assert all(d.is_dir() for d in (locked, mine, parent, other_namespace, local, stranger))
+    assert remove_stale_stages(prefix, tmp_path) == [locked]  # its lock is free now
+    assert remove_stale_stages(prefix, tmp_path / "missing") == []
