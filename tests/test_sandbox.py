@@ -6,6 +6,7 @@ benign programs across the function-call form, scored as written."""
 import hashlib
 import os
 import socket
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -129,6 +130,7 @@ def test_the_groups_of_a_worker_killed_mid_run_are_removed_by_the_next_sandbox()
     )
     assert judge_calls(outcome, returns, EXPECTED)[0]
     assert not any(any(p.glob(mine + "*")) for p in parents)
+    assert not any(Path(tempfile.gettempdir()).glob(mine + "*"))  # its staging directory too
 
 
 SQRT = "import math\ndef {}(x):\n    return math.sqrt(x)"

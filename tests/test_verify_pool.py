@@ -4,19 +4,14 @@ killed sandbox makers are cleaned."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from graft.sandbox import isolation_problem
-from graft.sandbox.stale import remove_stale_stages, stage_prefix
 from graft.tasks.pool import VerifierPool
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
@@ -66,43 +61,3 @@ def test_the_pool_counts_the_cpu_its_verifiers_and_their_programs_spend():
     assert [v.category for v in verdicts] == ["correct"] * 3, verdicts
     assert spent >= 3 * cpu_verifier.KNOWN_S, spent
     assert spent < 3 * cpu_verifier.KNOWN_S + 10.0  # not wildly over (no runaway sum)
-
-
-def _made_by_a_process_that_exits(root: Path, prefix: str) -> Path:
-    code = (
-        "import sys, tempfile\n"
-        f"sys.path[:0] = {sys.path!r}\n"
-        "from graft.sandbox.stale import stage_prefix\n"
-        f"d = tempfile.mkdtemp(prefix=stage_prefix({prefix!r}), dir={str(root)!r})\n"
-        "open(d + '/config.json', 'w').write('{}')\n"
-        "print(d)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
-def test_stale_stages_of_a_dead_maker_are_removed_and_no_others(tmp_path):
-    prefix = "graft-sandbox-"
-    dead = _made_by_a_process_that_exits(tmp_path, prefix)
-    (dead / "root" / "ro").mkdir(parents=True)
-    (dead / "root" / "ro" / "f").write_text("x")
-    (dead / "root" / "ro").chmod(0o500)  # a read-only directory inside does not stop it
-    locked = _made_by_a_process_that_exits(tmp_path, prefix)
-    mine = Path(tempfile.mkdtemp(prefix=stage_prefix(prefix), dir=tmp_path))  # I still run
-    ns = os.stat("/proc/self/ns/pid").st_ino
-    parent = tmp_path / f"{prefix}ns{ns}-pid{os.getppid()}-abc"  # a running maker
-    other_namespace = tmp_path / f"{prefix}ns1-pid{os.getpid() + 1}-abc"
-    local = tmp_path / f"{prefix}local-abc"  # not in the form: cannot be judged
-    stranger = tmp_path / f"graft-other-ns{ns}-pid1-x"
-    for d in (parent, other_namespace, local, stranger):
-        d.mkdir()
-    fd = os.open(locked, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # someone (a sweeper, a maker's heir) holds it
-        assert remove_stale_stages(prefix, tmp_path) == [dead]
-    finally:
-        os.close(fd)
-    assert not dead.exists()
-    assert all(d.is_dir() for d in (locked, mine, parent, other_namespace, local, stranger))
-    assert remove_stale_stages(prefix, tmp_path) == [locked]  # its lock is free now
-    assert remove_stale_stages(prefix, tmp_path / "missing") == []
