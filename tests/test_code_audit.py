@@ -130,3 +130,44 @@ def test_file_is_never_written_over_by_out_or_its_partial(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "--out" in err and "OUT.partial would be FILE itself" in err and "\n" not in err
     assert (tmp_path / "rows.jsonl.partial").read_text() == before
+
+
+@needs_sandbox
+def test_two_audits_in_different_pid_namespaces_at_once_both_finish_with_every_verdict(tmp_path):
+    """Each sandbox sweeps stale groups when it is made (GRAFT_SANDBOX_COLD=1: one per program,
+    so a sweep every program); the maker's lock, not a PID from another namespace, decides."""
+    import shutil
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root to make PID namespaces")
+    source = write(tmp_path / "rows.jsonl", [r for r in ROWS if "problem_id" not in r] * 4)
+    graft = os.path.join(os.path.dirname(sys.executable), "graft")
+    env = {**os.environ, "GRAFT_SANDBOX_COLD": "1"}
+    runs = [
+        subprocess.Popen(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                graft,
+                "code",
+                "audit",
+                source,
+                "--out",
+                str(tmp_path / f"out{k}.jsonl"),
+                "--workers",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for k in range(2)
+    ]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [e.decode()[-800:] for _, e in outputs]
+    want = [w[2] for w in WANT if w[1] != "p-3"] * 4
+    for k in range(2):
+        lines = (tmp_path / f"out{k}.jsonl").read_text().splitlines()
+        assert [json.loads(x)["verdict"] for x in lines] == want

@@ -204,7 +204,7 @@ def test_unsafe_local_warns_and_runs_programs_without_isolation(tmp_path, capsys
 
     where = "import os\ndef f():\n    return os.getcwd()"
     _, (cwd,) = call_in_sandbox(where, "f", [[]], limits=Limits(unsafe_local=True))
-    assert cwd.value != "/work" and "graft-sandbox-" in cwd.value  # the host's own tree
+    assert cwd.value != "/work" and "graft-local-" in cwd.value  # the host's own tree
 
 
 def test_a_dataset_read_through_datasets_normalizes_like_a_file(tmp_path):

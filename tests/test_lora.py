@@ -120,7 +120,9 @@ def test_lora_grpo_raises_accuracy_trains_only_the_adapter_and_exports_a_merged_
     got = score_sequences(merged, prompts, responses, **args)
     want = score_sequences(policy.model, prompts, responses, **args)
     diffs = [abs(a - b) for ga, wa in zip(got, want) for a, b in zip(ga, wa)]
-    assert diffs and max(diffs) < 1e-5, max(diffs)
+    # Merging the adapter into float32 weights rounds differently from running it beside them:
+    # 1.1e-5 at most on an AMD EPYC, below 1e-5 elsewhere.
+    assert diffs and max(diffs) < 2e-5, max(diffs)
 
     # A standard PEFT adapter: peft alone loads it, its tiny base included, to the same log-probs.
     from peft import AutoPeftModelForCausalLM

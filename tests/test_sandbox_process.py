@@ -107,34 +107,6 @@ def test_a_sandbox_that_cannot_start_is_the_status_error_not_an_exception(monkey
     assert outcome.status == "error" and "did not start" in outcome.detail, outcome
 
 
-SWEEPING_AUDIT = """
-import sys
-from graft.sandbox import Limits, call_in_sandbox
-from graft.sandbox.calls import judge_calls
-ok = 0
-for i in range(12):  # a fresh sandbox (and so a sweep of stale groups) for every program
-    outcome, returns = call_in_sandbox("def add(a, b):\\n    return a + b", "add",
-                                       [[2, 3], [10, -4]], limits=Limits(warm=False))
-    ok += judge_calls(outcome, returns, [5, 6])[0]
-print(ok)
-"""
-
-
-@needs_sandbox
-def test_two_graft_processes_in_different_pid_namespaces_keep_each_others_groups():
-    """Each sweeps stale groups before making its own; a PID from another namespace says
-    nothing, so the sweep goes by the maker's lock, and both finish with every verdict right."""
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("needs root to make PID namespaces")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", SWEEPING_AUDIT]
-    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-            for _ in range(2)]  # fmt: skip
-    results = [run.communicate(timeout=120) for run in runs]
-    assert [r.returncode for r in runs] == [0, 0], [err.decode()[-500:] for _, err in results]
-    assert [out.strip() for out, _ in results] == [b"12", b"12"]
-
-
 def test_the_python_under_tmp_is_reported_by_the_isolation_check(tmp_path):
     """The sandbox has private /tmp and /dev/shm: an interpreter installed there cannot run
     inside, and the isolation check, which runs one real program, says so before training."""

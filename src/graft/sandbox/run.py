@@ -29,19 +29,26 @@ import json
 import os
 import select
 import selectors
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from graft.procutil import die_with_parent
-from graft.sandbox.cgroups import Group, Placement, find_placement, tier_cap
+from graft.sandbox.cgroups import Group, tier_cap
+from graft.sandbox.limits import (
+    DEFAULT_LIMITS,
+    IsolationError,
+    Limits,
+    Outcome,
+    _interpreter,
+    _namespaces_problem,
+    _namespaces_problem_cached,
+    placement,
+)
 from graft.sandbox.warm import ZYGOTES, StartError, Zygote
 
 INNER = Path(__file__).with_name("inner.py")
@@ -52,96 +59,6 @@ PROBE = b"import os\nprint(6 * 7 if os.path.exists(os.__file__) else 0)\n"
 COLD_ENV = "GRAFT_SANDBOX_COLD"
 PROGRAM_CPU_S = 0.0
 """CPU seconds of every program this process has run in a sandbox (all their processes)."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one run may use."""
-
-    wall_s: float = 5.0
-    cpu_s: int = 5
-    memory_bytes: int = 256 << 20
-    processes: int = 32
-    open_files: int = 64
-    file_bytes: int = 8 << 20
-    scratch_bytes: int = 16 << 20
-    scratch_files: int = 256
-    stdout_bytes: int = 1 << 20
-    """Standard output, and each result channel, of one run."""
-    stderr_bytes: int = 64 << 10
-    stack_bytes: int = 8 << 20
-    unsafe_local: bool = False
-    """No namespaces: a plain subprocess in the staged files' directory, with the resource
-    limits, the cgroups where they can be made, and the wall clock, but NO isolation."""
-    warm: bool = True
-    """Reuse this process's warm sandboxes; False (or GRAFT_SANDBOX_COLD=1 in the environment,
-    which reaches verifier workers too) starts one for this run alone: the cold path, one
-    `unshare`, interpreter and root per program, kept for comparisons."""
-
-    def cap(self, fd: int) -> int:
-        return self.stderr_bytes if fd == 2 else self.stdout_bytes
-
-
-DEFAULT_LIMITS = Limits()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a run ended: `status` in STATUSES, the program's output (capped) and what it wrote on
-    the result channel."""
-
-    status: str
-    stdout: bytes = b""
-    stderr: bytes = b""
-    channel: bytes = b""
-    detail: str = ""
-    exit_code: int | None = None
-    seconds: float = 0.0
-    usage: dict[str, float] = field(default_factory=dict)
-    other: dict[int, bytes] = field(default_factory=dict)
-    """What it wrote on its other result fds (4 and up)."""
-
-
-class IsolationError(RuntimeError):
-    """The machine cannot isolate untrusted programs (and `unsafe_local` was not chosen)."""
-
-
-def _interpreter() -> tuple[str, str]:
-    """(the base Python's real path, its installation prefix): what the sandbox can see."""
-    exe = os.path.realpath(
-        os.path.join(
-            sys.base_prefix, "bin", f"python{sys.version_info.major}.{sys.version_info.minor}"
-        )
-    )
-    if not os.path.exists(exe):
-        exe = os.path.realpath(sys.executable)
-    return exe, os.path.realpath(sys.base_prefix)
-
-
-@cache
-def placement() -> Placement:
-    """This process's isolation tier and where it makes its groups (`cgroups.py`)."""
-    return find_placement()
-
-
-def _namespaces_problem() -> str:
-    if shutil.which("unshare") is None:
-        return "the unshare command (util-linux) is missing: install util-linux"
-    probe = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "true"],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0:
-        return (
-            "user, mount, PID and network namespaces are not available "
-            f"({probe.stderr.strip()[:120]}): allow unprivileged user namespaces "
-            "(sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0) or run "
-            "in a container that permits them (Docker: --security-opt seccomp=unconfined, or "
-            "a profile allowing unshare and mount), or set the code task's sandbox to "
-            "unsafe_local"
-        )
-    return ""
 
 
 @cache
@@ -443,11 +360,6 @@ class Sandbox:
         return "ok", ""
 
 
-@cache
-def _namespaces_problem_cached() -> str:
-    return _namespaces_problem()
-
-
 def supervise(
     sandboxes: list[Sandbox],
     relays: dict[tuple[int, int], tuple[int, int]] | None = None,
@@ -529,3 +441,7 @@ def run_sandboxed(
         box.finish()
         raise
     return box.finish()
+
+
+__all__ = ["DEFAULT_LIMITS", "STATUSES", "IsolationError", "Limits", "Outcome", "Sandbox",
+           "isolation_problem", "placement", "run_sandboxed", "supervise"]  # fmt: skip
