@@ -3,7 +3,8 @@ worker, one fork per program) beside the cold one (a fresh `unshare`, interprete
 root per program: the process model before the warm sandbox, kept behind GRAFT_SANDBOX_COLD=1),
 and a bare `python -c` subprocess per program (no isolation at all), in one run on this
 machine's cores. With `--step`, also a code training step's time split (configs/grpo_code.yaml,
-median over `--steps` steps), cold then warm.
+median over `--steps` steps), cold then warm. Each measurement runs in a process of its own: the
+verifier pool's forkserver keeps the environment it started with.
 
     .venv/bin/python benchmarks/sandbox_speed.py --n 200 [--step --steps 8]
 """
@@ -35,7 +36,6 @@ def bare(n: int) -> float:
 
 def pooled(n: int, workers: int, *, cold: bool) -> float:
     """Seconds to verify n programs through the verifier pool (workers inherit the setting)."""
-    os.environ[COLD_ENV] = "1" if cold else "0"
     items = [("code", f"```python\n{PROGRAM}```", TESTS, "")] * n
     with VerifierPool(workers=workers, timeout_s=30) as pool:
         pool.verify(items[: 2 * workers])  # start-up (and the first sandboxes) outside the timing
@@ -51,7 +51,6 @@ def step_split(steps: int, *, cold: bool) -> dict[str, float]:
     from graft.config import Config, load_config
     from graft.trainer import Trainer
 
-    os.environ[COLD_ENV] = "1" if cold else "0"
     out = f"runs/bench_sandbox_step_{'cold' if cold else 'warm'}"
     cfg = load_config(
         Config,
@@ -72,39 +71,56 @@ def step_split(steps: int, *, cold: bool) -> dict[str, float]:
     return {"step": statistics.median(steps_s), "verify": statistics.median(verify_s)}
 
 
+def _in_own_process(what: str, cold: bool, workers: int, n: int, steps: int) -> str:
+    env = {**os.environ, COLD_ENV: "1" if cold else "0"}
+    cmd = [sys.executable, __file__, "--one", what, "--workers", str(workers), "--n", str(n),
+           "--steps", str(steps)]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--step", action="store_true", help="also a code step's time split")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--one", choices=("pool", "step"), help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    n = args.n
-    rows = [
-        ("bare `python -c`, one after another", bare(n)),
-        ("cold sandbox, 1 verifier worker", pooled(n, 1, cold=True)),
-        ("warm sandbox, 1 verifier worker", pooled(n, 1, cold=False)),
-        ("cold sandbox, 2 verifier workers", pooled(n, 2, cold=True)),
-        ("warm sandbox, 2 verifier workers", pooled(n, 2, cold=False)),
-    ]
+    n, cold = args.n, os.environ.get(COLD_ENV) == "1"
+    if args.one == "pool":
+        print(pooled(n, args.workers, cold=cold))
+        return
+    if args.one == "step":
+        split = step_split(args.steps, cold=cold)
+        print(f"{split['step']} {split['verify']}")
+        return
+    rows = [("bare `python -c`, one after another", bare(n))]
+    for workers in (1, 2):
+        for kind in ("cold", "warm"):
+            seconds = float(_in_own_process("pool", kind == "cold", workers, n, args.steps))
+            rows.append(
+                (f"{kind} sandbox, {workers} verifier worker{'s' * (workers > 1)}", seconds)
+            )
     print(f"{n} programs (two function-call tests each)\n")
     print("| how | seconds | programs / s | ms / program |")
     print("|---|---|---|---|")
     for name, s in rows:
         print(f"| {name} | {s:.2f} | {n / s:.1f} | {1000 * s / n:.1f} |")
     seconds = dict(rows)
-    for w in (1, 2):
-        cold, warm = seconds[f"cold sandbox, {w} verifier worker" + "s" * (w > 1)], seconds[
-            f"warm sandbox, {w} verifier worker" + "s" * (w > 1)]  # fmt: skip
-        print(f"\nwarm / cold programs per second, {w} worker{'s' * (w > 1)}: {cold / warm:.1f}x")
+    for w in ("1 verifier worker", "2 verifier workers"):
+        ratio = seconds[f"cold sandbox, {w}"] / seconds[f"warm sandbox, {w}"]
+        print(f"\nwarm / cold programs per second, {w}: {ratio:.1f}x")
     overhead = 1000 * (seconds["warm sandbox, 1 verifier worker"] - seconds[rows[0][0]]) / n
     print(f"warm sandbox overhead per program over a bare subprocess, 1 worker: {overhead:.1f} ms")
     if args.step:
         print("\n| code GRPO step (grpo_code.yaml) | step s (median) | verify s | verify share |")
         print("|---|---|---|---|")
-        for cold in (True, False):
-            split = step_split(args.steps, cold=cold)
-            print(f"| {'cold' if cold else 'warm'} sandbox | {split['step']:.2f} | "
-                  f"{split['verify']:.2f} | {split['verify'] / split['step']:.0%} |")  # fmt: skip
+        for kind in ("cold", "warm"):
+            step, verify = map(
+                float, _in_own_process("step", kind == "cold", 2, n, args.steps).split()
+            )
+            print(f"| {kind} sandbox | {step:.2f} | {verify:.2f} | {verify / step:.0%} |")
 
 
 if __name__ == "__main__":
