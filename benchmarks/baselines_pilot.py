@@ -1,13 +1,15 @@
-"""The baselines study's pilot (docs/evidence.md): the dynamic-sampling budget B whose compute is
-closest to GRAFT's. Compute only, seed 100, never reported as a result.
+"""The pilot of the baselines study and of the code-pair study (docs/evidence.md): the
+dynamic-sampling budget B whose compute is closest to GRAFT's. Compute only, seed 100, never
+reported as a result.
 
-In both regimes, at the study's budget (60 steps x 8 prompts x 8 responses): GRAFT (paper weight)
-and GRPO + dynamic sampling (`max_rounds=4`, `max_responses=B` per model and step) for B in
-{8, 16, 24, 32}. B is the value whose run-total FLOP estimate (`cost/cum/flops` at step 60) is
-closest to GRAFT's, on average over the two regimes. Also the wall time of each run (the default
-demo's decision about adding dynamic sampling). Runs are resumable. Prints markdown.
+In each regime of the study, at its budget (baselines: 60 steps x 8 prompts x 8 responses; code:
+40 steps x 8 prompts x 8 programs): GRAFT (paper weight) and GRPO + dynamic sampling
+(`max_rounds=4`, `max_responses=B` per model and step) for B in {8, 16, 24, 32}. B is the value
+whose run-total FLOP estimate (`cost/cum/flops` at the last step) is closest to GRAFT's, on
+average over the regimes. Also the wall time of each run. Runs are resumable. Prints markdown.
 
     .venv/bin/python benchmarks/baselines_pilot.py --out runs/baselines_pilot
+    .venv/bin/python benchmarks/baselines_pilot.py --study code --out runs/code_pilot
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/baselines_pilot")
-    root = Path(parser.parse_args().out)
-    s = dataclasses.replace(DemoSettings.make(study="baselines"), seeds=(SEED,))
+    parser.add_argument("--study", default="baselines", choices=("baselines", "code"))
+    args = parser.parse_args()
+    root = Path(args.out)
+    s = dataclasses.replace(DemoSettings.make(study=args.study), seeds=(SEED,))
     build_presets(s)
     rows, ratios = [], {b: [] for b in BUDGETS}
+    one_regime = len(s.regimes) == 1  # the code study: stop at the first B that reaches GRAFT
     for regime in s.regimes:
         cfgs = run_configs(s, root, regime, SEED)
         graft_cfg = cfgs["graft"][0]
@@ -61,9 +66,14 @@ def main() -> None:
             runs[f"dynamic sampling, B = {b}"] = with_budget(
                 cfgs["grpo_ds"][0], b, root / regime / f"ds_{b}"
             )
-        for cfg in runs.values():
+        for label, cfg in list(runs.items()):
             if not is_done(cfg):
                 run_inprocess(cfg, train)
+                print(f"{regime} {label}: {flops(cfg)[1]:.0f} s", flush=True)
+            if one_regime and cfg is not graft_cfg and flops(cfg)[0] >= flops(graft_cfg)[0]:
+                # FLOPs grow with B: the closest B is this one or the one before it.
+                runs = {k: v for k, v in runs.items() if k == label or is_done(v)}
+                break
         graft_flops, _ = flops(graft_cfg)
         for label, cfg in runs.items():
             value, seconds = flops(cfg)
@@ -73,15 +83,14 @@ def main() -> None:
             )
             if label.startswith("dynamic"):
                 ratios[int(label.rsplit(" ", 1)[1])].append(value / graft_flops)
-    print("| regime | method | TFLOPs (run total, 60 steps) | vs GRAFT | wall s |")
+    print(f"| regime | method | TFLOPs (run total, {s.steps} steps) | vs GRAFT | wall s |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
-    mean = {b: statistics.fmean(r) for b, r in ratios.items()}
-    chosen = min(BUDGETS, key=lambda b: abs(mean[b] - 1.0))
+    mean = {b: statistics.fmean(r) for b, r in ratios.items() if r}
+    chosen = min(mean, key=lambda b: abs(mean[b] - 1.0))
     print()
     print(
-        "mean FLOPs vs GRAFT over the two regimes: "
-        + ", ".join(f"B={b}: {mean[b]:.2f}" for b in BUDGETS)
+        "mean FLOPs vs GRAFT over the regimes: " + ", ".join(f"B={b}: {mean[b]:.2f}" for b in mean)
     )
     print(f"chosen: B = {chosen}")
 

@@ -296,6 +296,16 @@ def test_the_program_is_the_last_block_that_defines_the_entry():
     assert choose_program("```text\nadd(1, 2) = 3\n```", ["add"]) is None
 
 
+def test_what_the_compiler_warns_about_a_candidate_stays_off_the_trainers_console():
+    import warnings
+
+    response = "```python\ndef add(a, b):\n    return 3(a) + '\\d'\n```"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert choose_program(response, ["add"]).startswith("def add")
+    assert [str(w.message) for w in seen] == []
+
+
 # ------------------------------------------------------- the check's own failures are not wrong
 @needs_sandbox
 def test_a_name_error_inside_the_check_is_a_check_error_not_a_wrong_answer():

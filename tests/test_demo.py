@@ -3,6 +3,7 @@ seeds, curves with several evaluations, the regime report, and reuse of finished
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -153,14 +154,14 @@ def test_the_baselines_study_tests_its_primary_endpoints_as_one_family_across_re
     regimes = {}
     for regime in ("latent", "cold"):
         compare = result(p_values[regime, "steps"])
-        compare["equal_tokens"] = result(p_values[regime, "tokens"])
+        compare["equal_compute"] = result(p_values[regime, "tokens"]) | {"axis": "gen_tokens"}
         regimes[regime] = {"compare": compare}
-    study_family(regimes)
+    study_family(regimes, 60)
     order = [(r, a) for r in ("latent", "cold") for a in ("steps", "tokens")]
     expected = holm([p_values[k] for k in order])
     for (regime, axis), (p_adj, reject) in zip(order, expected, strict=True):
         r = regimes[regime]["compare"]
-        r = r if axis == "steps" else r["equal_tokens"]
+        r = r if axis == "steps" else r["equal_compute"]
         cell = r["policies"]["llama"]["vs_baseline"]["GRAFT"]["metrics"]
         cell = cell["m/llama/eval/test/weak/avg@2"]["final"]
         assert (cell["holm_p"], cell["holm_significant"]) == (p_adj, reject)
@@ -171,3 +172,43 @@ def test_the_baselines_study_tests_its_primary_endpoints_as_one_family_across_re
         holm([p_values[r, "steps"], p_values[r, "tokens"]])[0][1] for r in ("cold", "latent")
     )
     assert [reject for _, reject in expected] == [False, False, False, False]
+
+
+def test_the_code_study_runs_its_design_on_the_code_pair():
+    """docs/evidence.md's code-pair study: the shipped list/sum pair and budget, five methods,
+    seeds 10-14, dynamic sampling at its pilot's budget, SFT on the peer's programs first, and
+    the primary endpoints on each model's stuck reducer."""
+    from graft.evidence.demo import CODE_DS_MAX_RESPONSES, DemoSettings, run_configs
+    from graft.evidence.demo_report import weak_final_endpoints
+
+    s = DemoSettings.make(study="code")
+    assert (s.pair, s.mode, s.seeds, s.regimes) == (
+        "code",
+        "study-code",
+        (10, 11, 12, 13, 14),
+        ("code",),
+    )
+    cfgs = run_configs(s, Path("runs/x"), "code", 10)
+    assert list(cfgs) == ["grpo", "grpo_ds", "sft_grpo", "graft", "graft_rr"]
+    grpo = cfgs["grpo"][0]
+    assert grpo.task.name == "list_functions" and not grpo.exchange.enabled
+    assert [m.path for m in grpo.models] == ["tiny:llama-char-code-list", "tiny:qwen2-bpe-code-sum"]
+    assert (grpo.run.steps, grpo.rollout.prompts_per_step, grpo.rollout.group_size) == (40, 8, 8)
+    assert (grpo.eval.every, grpo.eval.num_problems, grpo.eval.samples) == (20, 200, 4)
+    assert (grpo.rollout.max_new_tokens, grpo.models[0].optim.lr) == (80, 2e-5)
+    ds = cfgs["grpo_ds"][0]
+    assert {m.zero_contrast.max_responses for m in ds.models} == {CODE_DS_MAX_RESPONSES}
+    assert {m.zero_contrast.mode for m in ds.models} == {"resample"}
+    *sfts, pair = cfgs["sft_grpo"]
+    assert [c.sft.peer_model for c in sfts] == ["qwen", "llama"]
+    assert pair.models[0].path.endswith("sft_grpo_sft_llama/checkpoints/best/llama")
+    assert all(c.task.name == "list_functions" for c in sfts)
+    assert cfgs["graft_rr"][0].exchange.weight == "receiver_relative"
+
+    from types import SimpleNamespace
+
+    unit = SimpleNamespace(curves={"eval/test/avg@4": {}})
+    assert weak_final_endpoints([unit], s.the_pair) == [
+        "m/llama/eval/test/sum/avg@4 final",
+        "m/qwen/eval/test/list/avg@4 final",
+    ]

@@ -35,11 +35,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         const="graft",
         default="",
-        choices=("graft", "baselines"),
+        choices=("graft", "baselines", "code"),
         help="a pre-registered study (docs/evidence.md), 5 seeds, both regimes, hours on 2 cores, "
         "resumable: `graft` (the default) GRAFT, its variants and the paper's ablations against "
         "GRPO; `baselines` GRAFT against GRPO with 2x samples, GRPO + dynamic sampling and SFT "
-        "on the peer's answers then GRPO, at equal steps and at equal generated tokens",
+        "on the peer's answers then GRPO, at equal steps and at equal generated tokens; `code` "
+        "the code pair (list / sum reducers, programs run in the sandbox): GRAFT against GRPO, "
+        "GRPO + dynamic sampling and SFT on the peer's programs then GRPO, at equal steps and "
+        "at equal FLOPs",
     )
     demo.add_argument(
         "--reference", action="store_true", help="also run GRPO with 4x the group size"

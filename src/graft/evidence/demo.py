@@ -35,16 +35,13 @@ from pathlib import Path
 import yaml
 
 from graft.config import Config, load_config, to_dict
-from graft.models.tiny import MUL_SKILLS, build_tiny
+from graft.evidence.pairs import MODELS, PAIRS, Pair
+from graft.models.tiny import build_tiny
 
-MODELS = ("llama", "qwen")
-WEAK = {"llama": MUL_SKILLS[1], "qwen": MUL_SKILLS[0]}
-"""Each model's weak skill (the one it was barely pre-trained on)."""
-STRONG = {"llama": MUL_SKILLS[0], "qwen": MUL_SKILLS[1]}
-REGIMES = {
-    "latent": {"llama": "llama-char-mul", "qwen": "qwen2-bpe-mul"},
-    "cold": {"llama": "llama-char-mul-cold", "qwen": "qwen2-bpe-mul-cold"},
-}
+WEAK = PAIRS["mul"].weak
+"""The multiplication pair's weak skill of each model (the one it was barely pre-trained on)."""
+STRONG = PAIRS["mul"].strong
+REGIMES = {r: dict(ps) for r, ps in PAIRS["mul"].regimes.items()}
 
 
 @dataclass(frozen=True)
@@ -64,6 +61,9 @@ DS_MAX_RESPONSES = 8
 """Dynamic sampling's extra responses per model and step in the baselines study: the budget whose
 compute comes closest to GRAFT's (0.97 of its FLOPs over both regimes), fixed by its pilot on
 seed 100 (docs/evidence.md, "Baselines pilot result")."""
+CODE_DS_MAX_RESPONSES = 8
+"""The same for the code-pair study, fixed by its pilot (docs/evidence.md, "Code-pair pilot
+result")."""
 
 
 METHODS = {
@@ -78,11 +78,6 @@ METHODS = {
         (
             "exchange.enabled=false",
             *(f"models.{i}.zero_contrast.mode=resample" for i in (0, 1)),
-            *(
-                f"models.{i}.zero_contrast.max_responses={DS_MAX_RESPONSES}"
-                for i in (0, 1)
-                if DS_MAX_RESPONSES
-            ),
         ),
     ),
     "sft_grpo": Method("SFT on the peer, then GRPO", ("exchange.enabled=false",), sft=True),
@@ -99,6 +94,8 @@ ALL_METHODS = {**METHODS, **ABLATIONS}
 MAIN_METHODS = ("grpo", "graft", "graft_rr", "stored")
 BASELINE_METHODS = ("grpo", "grpo2x", "grpo_ds", "sft_grpo", "graft", "graft_rr")
 """The baselines study (docs/evidence.md): what a user would do instead of GRAFT."""
+CODE_METHODS = ("grpo", "grpo_ds", "sft_grpo", "graft", "graft_rr")
+"""The code-pair study (docs/evidence.md)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +122,14 @@ class DemoSettings:
     False: everything one after the other in this process (same results, less start-up)."""
     mode: str = "default"
     presets: dict[str, dict[str, str]] = field(default_factory=lambda: dict(REGIMES))
+    pair: str = "mul"
+    """The complementary pair (graft.evidence.pairs): `mul` or `code`."""
+    ds_max_responses: int = DS_MAX_RESPONSES
+    """GRPO + dynamic sampling: extra responses per model and step (its pilot's choice)."""
+
+    @property
+    def the_pair(self) -> Pair:
+        return PAIRS[self.pair]
 
     @classmethod
     def make(
@@ -155,6 +160,8 @@ class DemoSettings:
                 methods=BASELINE_METHODS,
                 mode="study-baselines",
             )
+        elif study == "code":
+            s = code_settings(seeds=CODE_STUDY_SEEDS, mode="study-code")
         elif study:
             s = cls(seeds=STUDY_SEEDS, ablations=tuple(ABLATIONS), mode="study")
         else:
@@ -178,8 +185,30 @@ ablations; its learning rate was chosen on seeds 100-101 and the validation spli
 (benchmarks/demo_pilot.py), before any of these seeds was run."""
 
 
+CODE_STUDY_SEEDS = (10, 11, 12, 13, 14)
+"""The code-pair study's reported seeds (docs/evidence.md): none of them ran the pair before the
+design was fixed (the earlier one-seed reading used seed 1; its pilot uses seed 100)."""
+
+
+def code_settings(**changes: object) -> DemoSettings:
+    """The code-pair study's design (docs/evidence.md): configs/graft_code.yaml's budget."""
+    pair = PAIRS["code"]
+    base = DemoSettings(
+        steps=40,
+        eval_every=20,
+        prompts_per_step=8,
+        max_new_tokens=pair.max_new_tokens,
+        eval_samples=pair.eval_samples,
+        regimes=tuple(pair.regimes),
+        methods=CODE_METHODS,
+        presets={r: dict(ps) for r, ps in pair.regimes.items()},
+        pair="code",
+        ds_max_responses=CODE_DS_MAX_RESPONSES,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
 def _overrides(s: DemoSettings, out: Path, seed: int) -> list[str]:
-    skills = "[" + ", ".join(f'"{k}"' for k in MUL_SKILLS) + "]"
     return [
         f"run.out_dir={out}",
         f"run.seed={seed}",
@@ -187,9 +216,7 @@ def _overrides(s: DemoSettings, out: Path, seed: int) -> list[str]:
         "run.save_every=0",
         "run.progress=false",
         "run.log_every=0",  # the demo reports per run; its runs' per-policy lines would be noise
-        "task.name=arithmetic",
-        f"task.arithmetic.skills={skills}",
-        "task.arithmetic.scratchpad=true",
+        *s.the_pair.task_sets,
         f"rollout.prompts_per_step={s.prompts_per_step}",
         f"rollout.group_size={s.group_size}",
         f"rollout.max_new_tokens={s.max_new_tokens}",
@@ -226,6 +253,10 @@ def run_configs(s: DemoSettings, root: Path, regime: str, seed: int) -> dict[str
         common = [f"run.label={json.dumps(method.label)}", *method.overrides]
         if key in ("grpo4x", "grpo2x"):
             common.append(f"rollout.group_size={(4 if key == 'grpo4x' else 2) * s.group_size}")
+        if key == "grpo_ds" and s.ds_max_responses:
+            common += [
+                f"models.{i}.zero_contrast.max_responses={s.ds_max_responses}" for i in (0, 1)
+            ]
         if method.sft:
             out[key] = sft_configs(s, base, regime, seed, key, common)
             continue

@@ -1,9 +1,10 @@
 """`graft demo`, part 4: curves.png.
 
-One row per regime: weak- and strong-skill accuracy of each model over the evaluations (one line
-per method, mean over seeds, with its 95% band), the exchange of each direction over steps
-(candidates, admitted correct and admitted wrong peer responses, binned), and the training reward
-binned over steps (a raw per-step reward zigzags too much to read).
+A grid read at a glance: one row per model (and regime, where a design has two), four columns:
+its own (strong) skill and its peer's (weak) skill over the evaluations (one line per method,
+mean over seeds, with its 95% band), what the exchange brought it over steps (the peer's correct
+responses offered, and those admitted, correct and wrong, binned), and its training reward binned
+over steps (a raw per-step reward zigzags too much to read).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 from graft.evidence.compare import Unit
 from graft.evidence.compare_report import draw_bands, method_colors
-from graft.evidence.demo import ALL_METHODS, MODELS, STRONG, WEAK
+from graft.evidence.demo import ALL_METHODS
+from graft.evidence.pairs import MODELS, PAIRS
 
 EXCHANGE_METHODS = ("graft", "graft_rr")
 
@@ -48,6 +50,13 @@ def exchange_series(
 
 def _exchange_panel(ax: Any, units: Sequence[Unit], src: str, dst: str, width: int) -> None:
     colors = {"graft": "#1f77b4", "graft_rr": "#d62728"}
+    label = ALL_METHODS["graft"].label
+    series = exchange_series(
+        units, label=label, receiver=dst, direction=f"{src}->{dst}", metric="sent_correct"
+    )
+    if series:
+        xs, ys = bin_series(series, width)
+        ax.plot(xs, ys, "--", color="#888888", label="peer's correct responses offered")
     for key in EXCHANGE_METHODS:
         label = ALL_METHODS[key].label
         for metric, style in (("admitted_correct", "-"), ("admitted_wrong", ":")):
@@ -58,60 +67,54 @@ def _exchange_panel(ax: Any, units: Sequence[Unit], src: str, dst: str, width: i
                 xs, ys = bin_series(series, width)
                 name = f"{label}: {metric.replace('_', ' ')}"
                 ax.plot(xs, ys, style, color=colors[key], label=name)
-    label = ALL_METHODS["graft"].label
-    series = exchange_series(
-        units, label=label, receiver=dst, direction=f"{src}->{dst}", metric="sent_correct"
-    )
-    if series:
-        xs, ys = bin_series(series, width)
-        ax.plot(xs, ys, "--", color="#888888", label="peer correct responses offered")
-    ax.set(title=f"exchange {src}->{dst} (per step, binned)", xlabel="step", ylabel="responses")
+    ax.set(title=f"{dst}: what the exchange brought from {src}", xlabel="step")
+    ax.set_ylabel("responses per step")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no exchange in this design", ha="center", transform=ax.transAxes)
 
 
-def _reward_panel(ax: Any, compare: Mapping[str, Any], colors: Mapping, width: int) -> None:
-    labels = list(compare["policies"][MODELS[0]]["methods"])
-    for label in labels:
-        per_model = [
-            {int(k): v for k, v in compare["policies"][m]["methods"][label]["reward"].items()}
-            for m in MODELS
-            if label in compare["policies"][m]["methods"]
-        ]
-        series = _mean_over_seeds(per_model)
+def _reward_panel(
+    ax: Any, policy: Mapping[str, Any], model: str, colors: Mapping, width: int
+) -> None:
+    for label, entry in policy["methods"].items():
+        series = {int(k): v for k, v in entry["reward"].items()}
         if series:
             xs, ys = bin_series(series, width)
             ax.plot(xs, ys, color=colors.get(label), label=label)
-    ax.set(title="training reward, both models (binned)", xlabel="step", ylabel="reward")
+    ax.set(title=f"{model}: training reward (binned)", xlabel="step", ylabel="reward")
     ax.grid(alpha=0.3)
 
 
 def plot_demo(results: Mapping[str, Any], units: Mapping[str, Sequence[Unit]], out: Path) -> None:
+    """curves.png: rows by model (and regime), columns own skill | peer's skill | exchange |
+    training reward."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    pair = PAIRS[results["settings"].get("pair", "mul")]
     regimes = list(results["regimes"])
-    steps = results["settings"]["steps"]
-    width = max(steps // 12, 1)
-    fig, axes = plt.subplots(len(regimes), 7, figsize=(30, 4.2 * len(regimes)), squeeze=False)
-    labels = list(results["labels"].values())
-    colors = method_colors(labels)
-    for row, regime in enumerate(regimes):
+    width = max(results["settings"]["steps"] // 12, 1)
+    rows = [(regime, m) for regime in regimes for m in MODELS]
+    fig, axes = plt.subplots(len(rows), 4, figsize=(17, 3.6 * len(rows)), squeeze=False)
+    colors = method_colors(list(results["labels"].values()))
+    for row, (regime, m) in enumerate(rows):
         compare = results["regimes"][regime]["compare"]
-        col = 0
-        for m in MODELS:
-            for kind, skill in (("weak", WEAK[m]), ("strong", STRONG[m])):
-                ax = axes[row][col]
-                key = _skill_key(compare, m, skill)
-                draw_bands(ax, compare["policies"][m], key, colors=colors)
-                ax.set_title(f"{regime}: {m} {skill.split(':')[-1]} ({kind} skill)", fontsize=9)
-                col += 1
-        _exchange_panel(axes[row][4], units[regime], MODELS[0], MODELS[1], width)
-        _exchange_panel(axes[row][5], units[regime], MODELS[1], MODELS[0], width)
-        _reward_panel(axes[row][6], compare, colors, width)
-    axes[0][0].legend(fontsize=7)
+        peer = next(x for x in MODELS if x != m)
+        where = f"{regime}: " if len(regimes) > 1 else ""
+        for col, (kind, skill) in enumerate(
+            (("its own", pair.strong[m]), ("the peer's", pair.weak[m]))
+        ):
+            ax = axes[row][col]
+            draw_bands(ax, compare["policies"][m], _skill_key(compare, m, skill), colors=colors)
+            ax.set_title(f"{where}{m}: {pair.short(skill)} ({kind} skill), held-out", fontsize=10)
+        _exchange_panel(axes[row][2], units[regime], peer, m, width)
+        _reward_panel(axes[row][3], compare["policies"][m], m, colors, width)
+    axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)

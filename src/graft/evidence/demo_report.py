@@ -12,13 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graft.config import AlgoConfig, ModelConfig, RolloutConfig
+from graft.config import AlgoConfig, Config, ModelConfig, RolloutConfig, load_config
 from graft.evidence.compare import compare_units, load_units
 from graft.evidence.compare_report import final_point
 from graft.evidence.demo import (
     ALL_METHODS,
     MODELS,
-    WEAK,
     DemoSettings,
     build_presets,
     is_done,
@@ -28,23 +27,27 @@ from graft.evidence.demo import (
     run_parallel,
 )
 from graft.evidence.endpoints import holm_across
+from graft.evidence.pairs import PAIRS, Pair
 from graft.evidence.stats import bootstrap_ratio, paired_interval
-from graft.models.tiny import MUL_SKILLS
 from graft.rollout import SamplingParams
 from graft.rundir import is_timing
-from graft.tasks.arithmetic import ArithmeticTask
+from graft.tasks import build_task
+
+EQUAL_COMPUTE = {"study-baselines": "gen_tokens", "study-code": "flops"}
+"""The studies whose primary endpoints are read at the last step and at equal compute too, and
+the compute axis of each (docs/evidence.md)."""
 
 
 def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> dict[str, Any]:
     """Per-skill accuracy and all-fail rate of each model, and on each model's all-fail prompts
     the share where the other model's group of n is mixed (paper: 47.9% / 18.7%)."""
     from graft.backends.inprocess import InProcessBackend
-    from graft.config import ArithmeticConfig
     from graft.tasks.pool import VerifierPool
     from graft.tasks.scoring import verify_rollouts
     from graft.training.policy import PolicySpec
 
-    task = ArithmeticTask(ArithmeticConfig(skills=MUL_SKILLS, scratchpad=True))
+    pair = s.the_pair
+    task = build_task(load_config(Config, None, list(pair.task_sets)).task)
     split = task.val_problems() if s.eval_suite == "val" else task.test_problems()
     problems = split[: s.eval_problems]
     specs = [
@@ -66,7 +69,7 @@ def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> di
             counts = {
                 m: [
                     sum(v.correct for v in vs)
-                    for vs in verify_rollouts(pool, "final_number", rollouts[m])
+                    for vs in verify_rollouts(pool, task.verifier, rollouts[m])
                 ]
                 for m in MODELS
             }
@@ -75,7 +78,7 @@ def complementarity(s: DemoSettings, paths: dict[str, str], *, n: int = 8) -> di
     out: dict[str, Any] = {"n": n, "problems": len(problems), "models": {}, "directions": {}}
     for m in MODELS:
         per = {}
-        for skill in MUL_SKILLS:
+        for skill in pair.skills:
             idx = [i for i, p in enumerate(problems) if p.skill == skill]
             per[skill] = {
                 "accuracy": sum(counts[m][i] for i in idx) / (n * max(len(idx), 1)),
@@ -149,13 +152,14 @@ def regime_result(s: DemoSettings, out: Path, regime: str) -> dict[str, Any]:
                 if not c.sft.store:  # an SFT phase is part of its method, not a unit
                     units += load_units(Path(c.run.out_dir))
     base = ALL_METHODS["grpo"].label
-    if s.mode == "study-baselines":
-        weak = weak_final_endpoints(units)
+    if s.mode in EQUAL_COMPUTE:
+        weak = weak_final_endpoints(units, s.the_pair)
         result = compare_units(units, baseline=base, primary=weak)
-        tokens = compare_units(units, baseline=base, primary=weak, compute="gen_tokens")
-        result["equal_tokens"] = tokens  # Holm's family spans the regimes: `study_family`
+        axis = EQUAL_COMPUTE[s.mode]
+        result["equal_compute"] = compare_units(units, baseline=base, primary=weak, compute=axis)
+        result["equal_compute"]["axis"] = axis  # Holm's family spans the regimes: study_family
     else:
-        result = compare_units(units, baseline=base, primary=primary_endpoints(units))
+        result = compare_units(units, baseline=base, primary=primary_endpoints(units, s.the_pair))
     for policy in result["policies"].values():  # the counts; CPU seconds differ run to run
         for entry in policy["methods"].values():
             entry["cost"] = {k: v for k, v in entry["cost"].items() if not is_timing(k)}
@@ -164,29 +168,36 @@ def regime_result(s: DemoSettings, out: Path, regime: str) -> dict[str, Any]:
     return result
 
 
-def study_family(regimes: dict[str, dict[str, Any]]) -> None:
-    """The baselines study's primary endpoints as the one Holm family its design fixed
-    (docs/evidence.md): every regime, at step 60 and at equal generated tokens."""
+def study_family(regimes: dict[str, dict[str, Any]], steps: int) -> None:
+    """A study's primary endpoints as the one Holm family its design fixed (docs/evidence.md):
+    every regime, at the last step and at equal compute."""
+    from graft.evidence.compute_axis import AXES
+
     results, names = [], []
     for regime, r in regimes.items():
-        results += [r["compare"], r["compare"]["equal_tokens"]]
-        names += [f"{regime}, at step 60", f"{regime}, at equal generated tokens"]
+        equal = r["compare"]["equal_compute"]
+        results += [r["compare"], equal]
+        names += [f"{regime}, at step {steps}", f"{regime}, at equal {AXES[equal['axis']]}"]
     holm_across(results, names=names)
 
 
-def weak_final_endpoints(units: list[Any]) -> list[str]:
-    """The baselines study's primary endpoints: per model, its weak skill at the last point."""
+def _mix_key(units: list[Any]) -> tuple[str, str, str]:
     mix = next(key for key in units[0].curves if key.count("/") == 2)  # eval/<suite>/avg@k
-    suite, k = mix.split("/")[1], mix.rsplit("@", 1)[1]
-    return [f"m/{m}/eval/{suite}/{WEAK[m]}/avg@{k} final" for m in MODELS]
+    return mix, mix.split("/")[1], mix.rsplit("@", 1)[1]
 
 
-def primary_endpoints(units: list[Any]) -> list[str]:
+def weak_final_endpoints(units: list[Any], pair: Pair = PAIRS["mul"]) -> list[str]:
+    """The baselines and code studies' primary endpoints: per model, its weak skill at the last
+    point."""
+    _, suite, k = _mix_key(units)
+    return [f"m/{m}/eval/{suite}/{pair.weak[m]}/avg@{k} final" for m in MODELS]
+
+
+def primary_endpoints(units: list[Any], pair: Pair = PAIRS["mul"]) -> list[str]:
     """docs/evidence.md's primary endpoints: per model, its weak skill and the mix, at the last
     evaluation and over the curve."""
-    mix = next(key for key in units[0].curves if key.count("/") == 2)  # eval/<suite>/avg@k
-    suite, k = mix.split("/")[1], mix.rsplit("@", 1)[1]
-    return [f"m/{m}/{key}" for m in MODELS for key in (f"eval/{suite}/{WEAK[m]}/avg@{k}", mix)]
+    mix, suite, k = _mix_key(units)
+    return [f"m/{m}/{key}" for m in MODELS for key in (f"eval/{suite}/{pair.weak[m]}/avg@{k}", mix)]
 
 
 def retention(result: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +210,7 @@ def retention(result: dict[str, Any]) -> dict[str, Any]:
         if online not in vs or stored not in vs:
             continue
         seeds = sorted(set(vs[online]["seeds"]) & set(vs[stored]["seeds"]))
-        for suite, key in _suite_keys(model, result).items():
+        for suite, key in _suite_keys(model, result, PAIRS["mul"]).items():
             gains = {}
             for label in (online, stored):
                 diffs = vs[label]["differences"][key]
@@ -214,17 +225,15 @@ def retention(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _suite_keys(model: str, result: dict[str, Any]) -> dict[str, str]:
-    from graft.evidence.demo import STRONG, WEAK
-
+def _suite_keys(model: str, result: dict[str, Any], pair: Pair) -> dict[str, str]:
     policy = result["policies"][model]
     any_method = next(iter(policy["methods"].values()))
     mix = next(k for k in any_method["points"] if k.count("/") == 2 and "/avg@" in k)
     suite = mix.split("/")[1]
     k = mix.rsplit("@", 1)[1]
     return {
-        "weak": f"eval/{suite}/{WEAK[model]}/avg@{k}",
-        "strong": f"eval/{suite}/{STRONG[model]}/avg@{k}",
+        "weak": f"eval/{suite}/{pair.weak[model]}/avg@{k}",
+        "strong": f"eval/{suite}/{pair.strong[model]}/avg@{k}",
         "mix": mix,
     }
 
@@ -255,8 +264,8 @@ def run_demo(out: Path, s: DemoSettings) -> dict[str, Any]:
         result = regime_result(s, out, regime)
         units[regime] = result.pop("units")
         regimes[regime] = {"complementarity": comps[regime], "compare": result}
-    if s.mode == "study-baselines":
-        study_family(regimes)
+    if s.mode in EQUAL_COMPUTE:
+        study_family(regimes, s.steps)
     results = {
         "settings": {
             **{k: v for k, v in s.__dict__.items() if k not in ("seeds", "presets")},

@@ -13,34 +13,26 @@ from graft.evidence.compare_report import (
     fmt_interval,
     regime_lines,
 )
-from graft.evidence.demo import MODELS, STRONG, WEAK
+from graft.evidence.compute_axis import AXES
+from graft.evidence.pairs import MODELS, PAIRS, Pair
 from graft.evidence.stats import MIN_SEEDS
 
-REGIME_TEXT = {
-    "latent": "pre-trained 97/3 (llama) and 2/98 (qwen) on multipliers 2-5 / 6-9: each weak "
-    "skill starts low but GRPO gets some signal on it",
-    "cold": "pre-trained 99.5/0.5 and 0.5/99.5: each weak skill starts near 1-2%, so GRPO gets "
-    "almost no signal on it",
-}
 
-
-def _columns(compare: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def _columns(compare: Mapping[str, Any], pair: Pair) -> list[tuple[str, str, str]]:
     """(model, header, metric key) for weak skill, strong skill and mix of each model."""
     any_policy = next(iter(compare["policies"].values()))
     mix = next(k for k in next(iter(any_policy["methods"].values()))["points"] if k.count("/") == 2)
     suite, k = mix.split("/")[1], mix.rsplit("@", 1)[1]
     cols = []
     for m in MODELS:
-        for kind, skill in (("weak", WEAK[m]), ("strong", STRONG[m])):
-            cols.append(
-                (m, f"{m} {skill.split(':')[-1]} ({kind})", f"eval/{suite}/{skill}/avg@{k}")
-            )
+        for kind, skill in (("weak", pair.weak[m]), ("strong", pair.strong[m])):
+            cols.append((m, f"{m} {pair.short(skill)} ({kind})", f"eval/{suite}/{skill}/avg@{k}"))
         cols.append((m, f"{m} mix", mix))
     return cols
 
 
-def accuracy_table(compare: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
-    cols = _columns(compare)
+def accuracy_table(compare: Mapping[str, Any], labels: Mapping[str, str], pair: Pair) -> list[str]:
+    cols = _columns(compare, pair)
     lines = [
         "| Method | " + " | ".join(h for _, h, _ in cols) + " |",
         "|---" * (len(cols) + 1) + "|",
@@ -62,10 +54,10 @@ def accuracy_table(compare: Mapping[str, Any], labels: Mapping[str, str]) -> lis
     return lines
 
 
-def delta_rows(compare: Mapping[str, Any], point: str) -> tuple[list[str], list[str]]:
+def delta_rows(compare: Mapping[str, Any], point: str, pair: Pair) -> tuple[list[str], list[str]]:
     """Δ vs GRPO at the final evaluation (point="final") or over the curve, and the primary
     cells that are significant after Holm's correction (starred; the others are exploratory)."""
-    cols = _columns(compare)
+    cols = _columns(compare, pair)
     lines = [
         "| Δ vs GRPO | " + " | ".join(h for _, h, _ in cols) + " |",
         "|---" * (len(cols) + 1) + "|",
@@ -105,9 +97,11 @@ def retention_lines(compare: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def regime_section(name: str, regime: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+def regime_section(
+    name: str, regime: Mapping[str, Any], labels: Mapping[str, str], pair: Pair
+) -> list[str]:
     compare = regime["compare"]
-    text = [f"## Regime: {name}", "", REGIME_TEXT.get(name, ""), ""]
+    text = [f"## Regime: {name}", "", pair.regime_text.get(name, ""), ""]
     for direction, d in regime["complementarity"]["directions"].items():
         src, dst = direction.split("->")
         text.append(
@@ -115,22 +109,23 @@ def regime_section(name: str, regime: Mapping[str, Any], labels: Mapping[str, st
             f"all 8 samples, {src}'s group is mixed on {100 * d['fraction']:.1f}%"
         )
     text += ["", "Held-out accuracy (percent, mean over seeds) at the last evaluation:", ""]
-    text += [*accuracy_table(compare, labels), ""]
-    final, sig_final = delta_rows(compare, "final")
-    curve, sig_curve = delta_rows(compare, "curve")
+    text += [*accuracy_table(compare, labels, pair), ""]
+    final, sig_final = delta_rows(compare, "final", pair)
+    curve, sig_curve = delta_rows(compare, "curve", pair)
     text += [
         "Difference to GRPO at the last evaluation (points, 95% CI over seeds; * a primary "
         "endpoint significant after Holm's correction; strong-skill cells are exploratory):"
     ]
     text += ["", *final, "", "Difference to GRPO, mean over the evaluations after step 0:", ""]
     text += [*curve, ""]
-    if "equal_tokens" in compare:  # the baselines study: its second axis, and what runs cost
-        tokens, sig_tokens = delta_rows(compare["equal_tokens"], "final")
-        sig_curve += [f"{line} (at equal generated tokens)" for line in sig_tokens]
+    if "equal_compute" in compare:  # the studies with a second axis, and what runs cost
+        axis = AXES[compare["equal_compute"]["axis"]]
+        tokens, sig_tokens = delta_rows(compare["equal_compute"], "final", pair)
+        sig_curve += [f"{line} (at equal {axis})" for line in sig_tokens]
         text += [
-            "Difference to GRPO at equal generated tokens (each run's curve read at the last "
-            "point every run of the model reached, its total generated tokens, both policies; "
-            "linear between evaluations, never past a run's end):",
+            f"Difference to GRPO at equal {axis} (each run's curve read at the last point every "
+            f"run of the model reached, its total {axis}, both policies; linear between "
+            "evaluations, never past a run's end):",
             "",
             *tokens,
             "",
@@ -173,9 +168,10 @@ def regime_section(name: str, regime: Mapping[str, Any], labels: Mapping[str, st
 def markdown(results: Mapping[str, Any]) -> str:
     s = results["settings"]
     labels = results["labels"]
+    pair = PAIRS[s.get("pair", "mul")]
     title = (
         "GRAFT against what a user would do instead"
-        if s["mode"] == "study-baselines"
+        if s["mode"] in ("study-baselines", "study-code")
         else "where GRAFT helps and where its gate starves"
         if len(results["regimes"]) > 1
         else "GRPO and GRAFT on a complementary pair (a reduced study: docs/evidence.md)"
@@ -183,17 +179,15 @@ def markdown(results: Mapping[str, Any]) -> str:
     text = [
         f"# graft demo ({s['mode']}): {title}",
         "",
-        f"Two tiny models that differ in architecture and tokenizer (llama: Llama + character "
-        f"tokenizer, strong on multipliers 2-5; qwen: Qwen2 + BPE, strong on 6-9). Per model "
-        f"{s['steps']} steps of {s['prompts_per_step']} prompts x {s['group_size']} responses, "
-        f"lr {s['lr']:g}; held-out avg@{s['eval_samples']} at temperature 1 on "
-        f"{s['eval_problems']} problems of the {s['eval_suite']} split, every {s['eval_every']} "
-        f"steps; seeds {s['seeds']}.",
+        f"{pair.describe} Per model {s['steps']} steps of {s['prompts_per_step']} prompts x "
+        f"{s['group_size']} responses, lr {s['lr']:g}; held-out avg@{s['eval_samples']} at "
+        f"temperature 1 on {s['eval_problems']} problems of the {s['eval_suite']} split, every "
+        f"{s['eval_every']} steps; seeds {s['seeds']}.",
         "",
         INTERVAL_RULE,
         "",
     ]
     for name, regime in results["regimes"].items():
-        text += [*regime_section(name, regime, labels), ""]
+        text += [*regime_section(name, regime, labels, pair), ""]
     text.append(f"Wall time: {results['wall_s']:.0f} s.")
     return "\n".join(text) + "\n"

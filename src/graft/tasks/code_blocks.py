@@ -19,7 +19,9 @@ import ast
 import builtins
 import re
 import textwrap
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 PYTHON_LABELS = frozenset({"", "python", "python3", "py", "py3", "python2", "sage"})
@@ -85,21 +87,32 @@ def python_blocks(response: str) -> list[str]:
     ]
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """A candidate's code is parsed here, on the host: what the compiler warns about it (`3(4)`,
+    an invalid escape) is the program's business, not a line on the trainer's console."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def parsed(code: str) -> ast.Module | None:
-    try:
-        return ast.parse(code)
-    except (SyntaxError, ValueError):
-        try:  # a function body written alone, indented
-            return ast.parse(textwrap.dedent(code))
+    with _quiet():
+        try:
+            return ast.parse(code)
         except (SyntaxError, ValueError):
-            return None
+            try:  # a function body written alone, indented
+                return ast.parse(textwrap.dedent(code))
+            except (SyntaxError, ValueError):
+                return None
 
 
 def compiles(code: str) -> bool:
-    try:
-        compile(code, "block", "exec")
-    except (SyntaxError, ValueError):
-        return False
+    with _quiet():
+        try:
+            compile(code, "block", "exec")
+        except (SyntaxError, ValueError):
+            return False
     return True
 
 
