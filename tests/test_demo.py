@@ -197,7 +197,7 @@ def test_the_code_study_runs_its_design_on_the_code_pair():
     assert (grpo.eval.every, grpo.eval.num_problems, grpo.eval.samples) == (20, 200, 4)
     assert (grpo.rollout.max_new_tokens, grpo.models[0].optim.lr) == (80, 2e-5)
     ds = cfgs["grpo_ds"][0]
-    assert {m.zero_contrast.max_responses for m in ds.models} == {CODE_DS_MAX_RESPONSES}
+    assert {m.zero_contrast.max_responses for m in ds.models} == {CODE_DS_MAX_RESPONSES} == {24}
     assert {m.zero_contrast.mode for m in ds.models} == {"resample"}
     *sfts, pair = cfgs["sft_grpo"]
     assert [c.sft.peer_model for c in sfts] == ["qwen", "llama"]
@@ -212,3 +212,71 @@ def test_the_code_study_runs_its_design_on_the_code_pair():
         "m/llama/eval/test/sum/avg@4 final",
         "m/qwen/eval/test/list/avg@4 final",
     ]
+
+
+@pytest.mark.timeout(1800)
+def test_the_code_study_records_its_answer_and_the_main_job_opens_with_it(tmp_path):
+    """A miniature code study (quick models, three seeds, GRPO and GRAFT) through run_demo: its
+    recorded.json holds exactly the study's primary cells for GRAFT minus GRPO on each stuck
+    skill, and the main job's results.md opens with them, naming the commit, before the run's
+    own anecdote; without a recorded answer it says there is none."""
+    import dataclasses
+
+    from graft.evidence import recorded
+    from graft.evidence.demo import DemoSettings
+    from graft.evidence.demo_report import run_demo
+    from graft.evidence.demo_text import markdown
+    from graft.evidence.endpoints import final_point
+
+    s = DemoSettings.make(study="code")
+    s = dataclasses.replace(
+        s,
+        steps=2,
+        eval_every=1,
+        prompts_per_step=2,
+        group_size=4,
+        eval_problems=6,
+        eval_samples=1,
+        seeds=(0, 1, 2),
+        methods=("grpo", "graft"),
+        parallel=False,
+        presets={r: {m: f"{p}-quick" for m, p in ps.items()} for r, ps in s.presets.items()},
+    )
+    results = run_demo(tmp_path / "study", s)
+    answer = json.loads((tmp_path / "study" / "recorded.json").read_text())
+    compare = results["regimes"]["code"]["compare"]
+    assert answer["seeds"] == [0, 1, 2] and answer["method"] == "GRAFT (paper weight)"
+    assert [(c["model"], c["skill"], c["where"]) for c in answer["cells"]] == [
+        ("llama", "sum", "step 2"),
+        ("llama", "sum", "equal flops"),
+        ("qwen", "list", "step 2"),
+        ("qwen", "list", "equal flops"),
+    ]
+    for cell in answer["cells"]:
+        source = compare if cell["where"] == "step 2" else compare["equal_compute"]
+        vs = source["policies"][cell["model"]]["vs_baseline"]["GRAFT (paper weight)"]
+        key = f"eval/test/{cell['skill']}/avg@1"
+        point = final_point(list(vs["metrics"][key]))
+        assert point == ("step_2" if cell["where"] == "step 2" else "at_2")
+        assert cell["mean"] == vs["metrics"][key][point]["mean"]
+        assert cell["per_seed"] == vs["differences"][key][point]
+    assert answer["commit"] and answer["tests"] == 4  # 1 method x 2 models x 2 axes
+    # curves.png is the grid: a row per model, four columns (own skill, peer's skill, exchange,
+    # reward) at 17 x 3.6 inches a row, 80 dpi
+    assert _png_size(tmp_path / "study" / "curves.png") == (1360, 576)
+
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    (shelf / "code_study.json").write_text(json.dumps(answer))
+    main_job = dict(results, settings={**results["settings"], "mode": "default"})
+    lines = recorded.answer_lines(recorded.load("code_study", shelf))
+    text = markdown(main_job)
+    assert text.startswith("# graft demo: GRAFT on two models that write code")
+    assert "**The answer is not recorded yet.**" in text.split("**This run**")[0]
+    opening = "\n".join(lines)
+    assert f"run at commit {answer['commit']}" in opening
+    assert "llama `sum`, step 2:" in opening and "inside the noise" in opening
+    assert recorded.load("code_study", tmp_path) is None
+    (tmp_path / "code_study.json").write_text("{}")
+    with pytest.raises(Exception, match="not a recorded study answer"):
+        recorded.load("code_study", tmp_path)

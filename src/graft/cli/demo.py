@@ -11,18 +11,18 @@ from graft.cli.common import add_report_to_argument
 def add_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "demo",
-        help="GRPO vs GRAFT on two tiny heterogeneous models, on the CPU, in minutes",
-        description="Builds (or reuses) two tiny models that differ in architecture and tokenizer, "
-        "pre-trained on complementary skills (each weak where the other is strong); trains them "
-        "with GRPO and with GRAFT (the paper's weight) from the same seed and per-model budget; "
-        "evaluates held-out accuracy per skill; reports each method minus GRPO (with 95% "
-        "intervals when there are several seeds) and the exchange regime; writes results.json, "
-        "results.md and curves.png. This default is a reduced version of the study that fits "
-        "ten minutes (docs/evidence.md); --study runs the study itself: both regimes (latent, "
-        "and cold: the weak skill starts near 1-2%), GRAFT with the receiver-relative score and "
-        "from a "
-        "stored peer, the ablations, five seeds. Finished runs are reused, so an interrupted demo "
-        "or study resumes.",
+        help="GRPO vs GRAFT on two tiny heterogeneous models that write code, on the CPU",
+        description="Builds (or reuses) two tiny models that differ in architecture and tokenizer "
+        "(a Llama with a character tokenizer, a Qwen2 with a BPE), each pre-trained almost only "
+        "on one skill of a code task (one-line Python functions: the `list` and the `sum` "
+        "reducer), so each fails whole groups on the other's; trains them with GRPO and with "
+        "GRAFT (the paper's weight) from the same seed and per-model budget, every program run "
+        "in the sandbox; evaluates held-out pass@1 per skill; and writes results.md, which opens "
+        "with the answer of the pre-registered code-pair study (docs/evidence.md) as recorded "
+        "with its commit, then what this run shows (one seed: an anecdote), results.json and "
+        "curves.png (a row per model). The default is the study reduced to fit minutes; --study "
+        "runs a pre-registered study itself. Finished runs are reused, so an interrupted demo or "
+        "study resumes. --quick checks the pipeline on the multiplication pair.",
     )
     demo.add_argument("--out", default="runs/demo", help="output directory (default: runs/demo)")
     demo.add_argument(

@@ -61,9 +61,9 @@ DS_MAX_RESPONSES = 8
 """Dynamic sampling's extra responses per model and step in the baselines study: the budget whose
 compute comes closest to GRAFT's (0.97 of its FLOPs over both regimes), fixed by its pilot on
 seed 100 (docs/evidence.md, "Baselines pilot result")."""
-CODE_DS_MAX_RESPONSES = 8
-"""The same for the code-pair study, fixed by its pilot (docs/evidence.md, "Code-pair pilot
-result")."""
+CODE_DS_MAX_RESPONSES = 24
+"""The same for the code-pair study: 1.00 of GRAFT's FLOPs over its 40 steps, fixed by its pilot
+on seed 100 (docs/evidence.md, "Code-pair pilot result")."""
 
 
 METHODS = {
@@ -135,9 +135,11 @@ class DemoSettings:
     def make(
         cls, *, seeds: int = 0, quick: bool = False, study: str = "", reference: bool = False
     ) -> DemoSettings:
-        """The designs: default (`make demo`), quick (a pipeline check), and the studies of
-        docs/evidence.md: `graft` (GRAFT, its variants and ablations against GRPO) and
-        `baselines` (GRAFT against what a user would do instead, at equal compute too)."""
+        """The designs: default (`make demo`: the code pair, reduced), quick (a pipeline check on
+        the multiplication pair), and the studies of docs/evidence.md: `graft` (GRAFT, its
+        variants and ablations against GRPO), `baselines` (GRAFT against what a user would do
+        instead, at equal compute too), both on the multiplication pair, and `code` (the same
+        question on the code pair)."""
         extra = ("grpo4x",) if reference else ()
         if quick:
             s = cls(
@@ -165,15 +167,16 @@ class DemoSettings:
         elif study:
             s = cls(seeds=STUDY_SEEDS, ablations=tuple(ABLATIONS), mode="study")
         else:
-            # The study's models, steps and learning rate, reduced where the time goes: the latent
-            # regime only, GRPO against the paper's GRAFT, 8 prompts per step instead of 16, and
-            # three evaluations on 100 problems (docs/evidence.md, "The default demo").
-            s = cls(
-                prompts_per_step=8,
-                eval_every=30,
+            # The code pair at the code study's settings, reduced where the time goes
+            # (docs/evidence.md, "The main job's rule"): GRPO and GRAFT (the paper's weight),
+            # fewer steps, three evaluations on half the test split at avg@2.
+            s = code_settings(
+                steps=DEMO_STEPS,
+                eval_every=DEMO_STEPS // 2,
                 eval_problems=100,
-                regimes=("latent",),
+                eval_samples=2,
                 methods=("grpo", "graft"),
+                seeds=(0,),
             )
         s = replace(s, methods=(*s.methods, *extra))
         return replace(s, seeds=tuple(range(seeds))) if seeds else s
@@ -185,6 +188,8 @@ ablations; its learning rate was chosen on seeds 100-101 and the validation spli
 (benchmarks/demo_pilot.py), before any of these seeds was run."""
 
 
+DEMO_STEPS = 24
+"""`make demo`: steps per run (the code study runs 40)."""
 CODE_STUDY_SEEDS = (10, 11, 12, 13, 14)
 """The code-pair study's reported seeds (docs/evidence.md): none of them ran the pair before the
 design was fixed (the earlier one-seed reading used seed 1; its pilot uses seed 100)."""
@@ -333,8 +338,23 @@ def is_done(cfg: Config) -> bool:
 def mark_done(cfg: Config, seconds: float) -> None:
     marker = Path(cfg.run.out_dir) / "done.json"
     tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"config": config_digest(cfg), "seconds": round(seconds, 1)}))
+    from graft.evidence.recorded import source_commit
+
+    done = {"config": config_digest(cfg), "seconds": round(seconds, 1), "commit": source_commit()}
+    tmp.write_text(json.dumps(done))
     tmp.replace(marker)
+
+
+def run_commits(cfgs: list[Config]) -> list[str]:
+    """The commits the finished runs ran at (done.json), each once."""
+    commits = set()
+    for cfg in cfgs:
+        try:
+            done = json.loads((Path(cfg.run.out_dir) / "done.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        commits.add(done.get("commit") or "unknown")
+    return sorted(commits)
 
 
 def fresh(cfg: Config) -> None:

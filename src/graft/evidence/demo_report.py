@@ -22,12 +22,14 @@ from graft.evidence.demo import (
     build_presets,
     is_done,
     regime_methods,
+    run_commits,
     run_configs,
     run_inprocess,
     run_parallel,
 )
 from graft.evidence.endpoints import holm_across
 from graft.evidence.pairs import PAIRS, Pair
+from graft.evidence.recorded import reduce, source_commit
 from graft.evidence.stats import bootstrap_ratio, paired_interval
 from graft.rollout import SamplingParams
 from graft.rundir import is_timing
@@ -267,6 +269,16 @@ def run_demo(out: Path, s: DemoSettings) -> dict[str, Any]:
     if s.mode in EQUAL_COMPUTE:
         study_family(regimes, s.steps)
     results = {
+        "commit": source_commit(),
+        "run_commits": run_commits(
+            [
+                c
+                for r in s.regimes
+                for seed in s.seeds
+                for cs in run_configs(s, out, r, seed).values()
+                for c in cs
+            ]
+        ),
         "settings": {
             **{k: v for k, v in s.__dict__.items() if k not in ("seeds", "presets")},
             "seeds": list(s.seeds),
@@ -278,6 +290,8 @@ def run_demo(out: Path, s: DemoSettings) -> dict[str, Any]:
         "wall_s": time.perf_counter() - start,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    if s.mode == "study-code":  # what the main job shows of it, once committed (recorded.py)
+        (out / "recorded.json").write_text(json.dumps(reduce(results), indent=2) + "\n")
     (out / "results.md").write_text(markdown(results))
     plot_demo(results, units, out / "curves.png")
     return results

@@ -137,12 +137,13 @@ def regime_section(
                 break  # the run totals are the same for both models of a run
     seeds = len(next(iter(compare["policies"].values()))["methods"][compare["baseline"]]["seeds"])
     tests = compare.get("primary", {}).get("tests", 0)
+    study = "`graft demo --study" + (" code`" if pair.name == "code" else "`")
     if seeds < 2:
-        text.append("**One seed: no intervals, and no claim.** Run `graft demo --study`.")
+        text.append(f"**One seed: no intervals, and no claim.** Run {study}.")
     elif seeds < MIN_SEEDS:
         text.append(
             f"**{seeds} seeds: the intervals are shown, but no verdict is drawn below "
-            f"{MIN_SEEDS} seeds.** Run `graft demo --study`."
+            f"{MIN_SEEDS} seeds.** Run {study}."
         )
     elif sig_final or sig_curve:
         text.append(
@@ -165,7 +166,75 @@ def regime_section(
     return text
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def anecdote_lines(results: Mapping[str, Any]) -> list[str]:
+    """What this run shows, model by model: the skill it cannot learn alone (its all-fail share
+    before training), that skill under each method, and the training reward's rise."""
+    s = results["settings"]
+    pair = PAIRS[s.get("pair", "mul")]
+    (regime,) = results["regimes"].values()
+    compare, comp = regime["compare"], regime["complementarity"]
+    seeds = s["seeds"]
+    lines = [
+        f"**This run** (seed{'s' if len(seeds) > 1 else ''} {seeds}"
+        + (": one seed is an anecdote, not evidence" if len(seeds) < MIN_SEEDS else "")
+        + f"; {s['steps']} steps; held-out avg@{s['eval_samples']} on {s['eval_problems']} "
+        "problems):",
+        "",
+    ]
+    for m in MODELS:
+        weak = pair.weak[m]
+        fail = comp["models"][m][weak]["all_fail"]
+        policy = compare["policies"][m]
+        key = next(k for k in next(iter(policy["methods"].values()))["points"] if f"/{weak}/" in k)
+        moves = []
+        for label, entry in policy["methods"].items():
+            pts = entry["points"][key]
+            rewards = [entry["reward"][k] for k in sorted(entry["reward"], key=int)]
+            head, tail = rewards[: max(len(rewards) // 4, 1)], rewards[-max(len(rewards) // 4, 1) :]
+            moves.append(
+                f"{label} {100 * pts['step_0']['mean']:.1f}% -> "
+                f"{100 * pts[final_point(list(pts))]['mean']:.1f}% (training reward "
+                f"{_mean(head):.2f} -> {_mean(tail):.2f})"
+            )
+        lines.append(
+            f"- {m}, `{pair.short(weak)}` (its peer's skill; before training it failed all 8 "
+            f"samples on {100 * fail:.0f}% of those prompts, so GRPO alone gets no signal "
+            f"there): " + "; ".join(moves)
+        )
+    return lines
+
+
 def markdown(results: Mapping[str, Any]) -> str:
+    s = results["settings"]
+    pair = PAIRS[s.get("pair", "mul")]
+    if s["mode"] == "default" and pair.name == "code":
+        from graft.evidence.recorded import answer_lines, load
+
+        return opening(results, answer_lines(load("code_study"))) + details(results)
+    return details(results)
+
+
+def opening(results: Mapping[str, Any], answer: list[str]) -> str:
+    """The main job's first screen: the answer with its uncertainty, then what this run shows."""
+    text = [
+        "# graft demo: GRAFT on two models that write code, each stuck on the other's skill",
+        "",
+        *answer,
+        "",
+        *anecdote_lines(results),
+        "",
+        "Details follow: the accuracy tables, the differences to GRPO and what the exchange "
+        "admitted; curves.png shows them as a grid (a row per model).",
+        "",
+    ]
+    return "\n".join(text) + "\n"
+
+
+def details(results: Mapping[str, Any]) -> str:
     s = results["settings"]
     labels = results["labels"]
     pair = PAIRS[s.get("pair", "mul")]
@@ -174,7 +243,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         if s["mode"] in ("study-baselines", "study-code")
         else "where GRAFT helps and where its gate starves"
         if len(results["regimes"]) > 1
-        else "GRPO and GRAFT on a complementary pair (a reduced study: docs/evidence.md)"
+        else f"GRPO and GRAFT on the {pair.name} pair (a reduced study: docs/evidence.md)"
     )
     text = [
         f"# graft demo ({s['mode']}): {title}",

@@ -163,3 +163,6 @@ TINY_PRESETS["qwen2-bpe-code-sum"] = TinySpec(
     arch="qwen2", tokenizer="bpe", task=ListFunctionsConfig(), skill_weights=(0.005, 0.995),
     seed=22, **_CODE,
 )  # fmt: skip
+# Barely trained stand-ins of the code pair (the demo's tests: they check the pipeline, not GRAFT).
+for _name in ("llama-char-code-list", "qwen2-bpe-code-sum"):
+    TINY_PRESETS[f"{_name}-quick"] = dataclasses.replace(TINY_PRESETS[_name], pretrain_steps=30)
