@@ -126,6 +126,8 @@ class DemoSettings:
     """The complementary pair (graft.evidence.pairs): `mul` or `code`."""
     ds_max_responses: int = DS_MAX_RESPONSES
     """GRPO + dynamic sampling: extra responses per model and step (its pilot's choice)."""
+    extra: tuple[str, ...] = ()
+    """Further `--set` overrides of every run (a sweep's setting)."""
 
     @property
     def the_pair(self) -> Pair:
@@ -235,6 +237,7 @@ def _overrides(s: DemoSettings, out: Path, seed: int) -> list[str]:
         "verify.workers=1",
         # One after the other, one thread each: two threads per process thrash a loaded machine.
         *(() if s.parallel else ("run.backend=inprocess", "run.threads=1")),
+        *s.extra,
     ]
 
 
