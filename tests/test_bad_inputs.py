@@ -7,24 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bad_input_files import make_bad_files, snapshot
+from bad_input_values import MATH, NEW, SMALL, TRAIN_NEW, VALUES, F, M, R, S, sets
 from graft.cli import main
-
-SMALL = [
-    "run.progress=false",
-    "task.arithmetic.num_train=16",
-    "task.arithmetic.num_test=8",
-    "rollout.prompts_per_step=4",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=4",
-    "algo.minibatches=1",
-    "algo.micro_batch_size=8",
-    "eval.every=0",
-    "verify.workers=1",
-]
-
-
-def sets(*assignments: str) -> list[str]:
-    return [x for a in assignments for x in ("--set", a)]
 
 
 @pytest.fixture(scope="module")
@@ -40,96 +24,14 @@ def world(tmp_path_factory, tiny_paths):
     return {"run": run, "files": files, "store": run / "trajectories", "model": tiny_paths["llama"]}
 
 
-R, F, S, M = "{run}", "{files}", "{store}", "{model}"
 G = "{files}/good_store"  # a peer's store with correct responses
-NEW = "{files}/new_run"  # a fresh run directory: must not be created by a failing command
-TRAIN_NEW = ["train", "--out", NEW]
 EXPORT = ["store", "export", S, "--out", f"{F}/export.jsonl"]
 SFT_NEW = ["sft", "--out", NEW, *sets(*SMALL, f"models.0.path={M}"), "--store"]
 NOUSER = "~graft-no-such-user"  # a `~user` path that does not resolve
-MATH = "task.name=math"
+STORED = [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored")]  # stored-peer training: a store
+NOT_STORE = "not a graft trajectory store"  # what every command that reads a store says of a path
+EMPTY = "an empty store (no rollouts written yet)"  # ... and of a store with no rollout in it
 
-
-def value_case(name: str, *assignments: str, culprit: str = "") -> tuple[str, list[str], str]:
-    """A config value the consumers do not accept: refused before any model loads, naming the
-    key (by default the key of the last assignment)."""
-    key = culprit or assignments[-1].split("=", 1)[0]
-    return (name, [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={M}", *assignments)], key)
-
-
-# One validation pass over every config value, before anything is created (graft.config.checks).
-VALUES = [
-    value_case("optim-eps-zero", "models.0.optim.eps=0"),
-    value_case(
-        "code-stdout-bytes",
-        "task.name=code",
-        "task.code.train={files}/code_good.jsonl",
-        "task.code.stdout_bytes=10",
-    ),
-    value_case("optim-eps-inf", "models.0.optim.eps=inf"),
-    value_case("optim-beta-one", "models.0.optim.betas=[1.0, 0.999]"),
-    value_case("optim-beta-negative", "models.0.optim.betas=[-0.5, 0.999]"),
-    value_case("weight-decay-negative", "models.0.optim.weight_decay=-0.01"),
-    value_case("weight-decay-inf", "models.0.optim.weight_decay=inf"),
-    value_case(
-        "weight-decay-flips-weights", "models.0.optim.lr=0.5", "models.0.optim.weight_decay=5"
-    ),
-    value_case("lr-inf", "models.0.optim.lr=inf"),
-    value_case("lr-nan", "models.0.optim.lr=nan"),
-    value_case("lr-overflows-weights", "models.0.optim.lr=1e30"),
-    value_case("grad-clip-inf", "models.0.optim.grad_clip=inf"),
-    value_case("warmup-negative", "models.0.optim.warmup_steps=-1"),
-    value_case("rollout-temperature-inf", "rollout.temperature=inf"),
-    value_case("eval-temperature-inf", "eval.temperature=inf"),
-    value_case("threads-negative", "run.threads=-1"),
-    value_case("num-cpus-negative", "models.0.num_cpus=-1"),
-    value_case("num-gpus-negative", "models.0.num_gpus=-1"),
-    value_case("num-gpus-inf", "models.0.num_gpus=inf"),
-    value_case("device-unknown", "models.0.device=tpu"),
-    value_case("eval-top-p-zero", "eval.top_p=0"),
-    value_case("eval-top-p-above-one", "eval.top_p=1.5"),
-    value_case("max-prompt-tokens-negative", "rollout.max_prompt_tokens=-1"),
-    value_case("max-new-tokens-huge", f"rollout.max_new_tokens={2**40}"),
-    value_case("num-test-negative", "task.arithmetic.num_test=-1"),
-    value_case("num-val-negative", "task.arithmetic.num_val=-1"),
-    value_case("num-train-huge", f"task.arithmetic.num_train={10**12}"),
-    value_case("prompts-per-step-huge", f"rollout.prompts_per_step={10**14}"),
-    value_case("top-k-past-int64", f"rollout.top_k={2**70}"),
-    value_case("group-size-past-int16", "rollout.group_size=100000"),
-    value_case("steps-past-int32", f"run.steps={2**40}"),
-    value_case("epochs-huge", f"algo.epochs={10**9}"),
-    value_case("verify-workers-huge", "verify.workers=100000"),
-    value_case("verify-timeout-inf", "verify.timeout_s=inf"),
-    value_case("kl-coef-inf", "algo.kl_coef=inf"),
-    value_case("adv-eps-zero-is-nan", "algo.adv_eps=0"),
-    value_case("clip-high-inf", "algo.clip_high=inf"),
-    value_case("dual-clip-inf", "algo.dual_clip=inf"),
-    value_case("sgt-coef-inf", "exchange.sgt_coef=inf"),
-    value_case("luffy-gamma-inf", "exchange.luffy_gamma=inf"),
-    value_case("lora-alpha-inf", "models.0.lora.r=4", "models.0.lora.alpha=inf"),
-    value_case("lora-rank-huge", f"models.0.lora.r={2**40}"),
-    value_case("vllm-memory-zero", "rollout.vllm_gpu_memory=0"),
-    value_case("vllm-memory-above-one", "rollout.vllm_gpu_memory=1.5"),
-    value_case("eval-problems-negative", "eval.num_problems=-1"),
-    value_case("eval-max-new-tokens-negative", "eval.max_new_tokens=-1"),
-    value_case("eval-samples-huge", f"eval.samples={2**40}"),
-    value_case("eval-without-suites", "eval.every=1", "eval.suites=[]"),
-    value_case("zero-contrast-unknown-mode", "models.0.zero_contrast.mode=dynamic"),
-    value_case("resample-zero-rounds", "models.0.zero_contrast.max_rounds=0"),
-    value_case("resample-negative-rounds", "models.0.zero_contrast.max_rounds=-2"),
-    value_case("resample-zero-responses", "models.0.zero_contrast.max_responses=0"),
-    value_case("resample-negative-responses", "models.0.zero_contrast.max_responses=-8"),
-    value_case("resample-responses-below-a-group", "models.0.zero_contrast.max_responses=1"),
-    value_case(
-        "math-limit-negative", MATH, f"task.math.train={F}/nocolumn.jsonl", "task.math.limit=-1"
-    ),
-    value_case(
-        "math-empty-column",
-        MATH,
-        f"task.math.train={F}/nocolumn.jsonl",
-        "task.math.answer_column=''",
-    ),
-]
 
 # (id, argv, text the one line must contain)
 CASES = [
@@ -175,7 +77,35 @@ CASES = [
     ("config-tilde-user", ["train", f"{NOUSER}/c.yaml", "--out", NEW], NOUSER),
     # ---------------------------------------------------------------- graft sft
     ("sft-no-store", ["sft", "--out", NEW, *sets(*SMALL, f"models.0.path={M}")], "sft.store"),
-    ("sft-store-missing", [*SFT_NEW, f"{F}/nostore"], "nostore"),
+    (
+        "sft-store-missing",
+        [*SFT_NEW, f"{F}/nostore"],
+        f"sft.store {F}/nostore: {NOT_STORE} (no such directory)",
+    ),
+    (
+        "sft-store-a-file",
+        [*SFT_NEW, f"{F}/afile"],
+        f"sft.store {F}/afile: {NOT_STORE} (a file, not a directory)",
+    ),
+    (
+        "sft-store-not-a-store",
+        [*SFT_NEW, f"{F}/notamodel"],
+        f"sft.store {F}/notamodel: {NOT_STORE} (a directory without store.json)",
+    ),
+    (
+        "sft-store-unknown-filesystem",
+        [*SFT_NEW, "nosuchfs://b/s"],
+        "sft.store nosuchfs://b/s: cannot open it: no filesystem for nosuchfs://",
+    ),
+    ("sft-empty-store", [*SFT_NEW, f"{F}/empty_store"], f"sft.store {F}/empty_store: {EMPTY}"),
+    *[  # an empty store is the store's fault, whether a peer was named or not (`=`: not named)
+        (
+            f"sft-empty-store-peer-{who}",
+            [*SFT_NEW, f"{F}/empty_store", *sets(f"sft.peer_model={name}")],
+            f"sft.store {F}/empty_store: {EMPTY}",
+        )
+        for who, name in (("named", "nobody"), ("left-empty", ""))
+    ],
     ("sft-no-correct-response", [*SFT_NEW, f"{F}/wrong_store"], "wrong_store"),
     ("sft-another-tasks-store", [*SFT_NEW, f"{F}/math_store"], "math_store"),
     ("sft-unknown-peer", [*SFT_NEW, G, *sets("sft.peer_model=nobody")], "sft.peer_model"),
@@ -347,7 +277,27 @@ CASES = [
     ),
     ("resume-empty", ["train", "--resume", ""], "--resume"),
     # ---------------------------------------------------------------- stores
-    ("store-info-not-a-store", ["store", "info", f"{F}/notamodel"], "notamodel"),
+    ("store-info-not-a-store", ["store", "info", f"{F}/notamodel"], f"{F}/notamodel: {NOT_STORE}"),
+    (
+        "store-info-missing",
+        ["store", "info", f"{F}/nostore"],
+        f"{F}/nostore: {NOT_STORE} (no such directory)",
+    ),
+    (
+        "store-validate-a-file",
+        ["store", "validate", f"{F}/afile"],
+        f"{F}/afile: {NOT_STORE} (a file, not a directory)",
+    ),
+    (
+        "store-export-missing",
+        ["store", "export", f"{F}/nostore"],
+        f"{F}/nostore: {NOT_STORE} (no such directory)",
+    ),
+    (
+        "store-export-empty-store-model",
+        ["store", "export", f"{F}/empty_store", "--model", "x"],
+        f"{F}/empty_store: {EMPTY}",
+    ),
     ("store-export-damaged", ["store", "export", f"{F}/damaged_store"], ".parquet"),
     (
         "store-export-damaged-to-file",
@@ -405,10 +355,20 @@ CASES = [
         "store.path",
     ),
     ("store-path-is-a-file", [*TRAIN_NEW, *sets(*SMALL, f"store.path={F}/afile")], "store.path"),
+    (  # pyarrow would fail creating it, after the run directory was written
+        "store-path-under-a-file",
+        [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={M}", f"store.path={F}/afile/store")],
+        f"store.path {F}/afile/store: {F}/afile is a file, not a directory",
+    ),
     (
         "peer-store-missing",
-        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.store={F}/none")],
-        "exchange.store",
+        [*STORED, *sets(f"exchange.store={F}/none")],
+        f"exchange.store {F}/none: {NOT_STORE} (no such directory)",
+    ),
+    (
+        "peer-store-not-a-store",
+        [*STORED, *sets(f"exchange.store={F}/notamodel")],
+        f"exchange.store {F}/notamodel: {NOT_STORE} (a directory without store.json)",
     ),
     (
         "peer-model-absent",
@@ -452,12 +412,19 @@ CASES = [
     ("eval-cli-top-p-above-one", ["eval", "--model", M, "--top-p", "1.5"], "--top-p"),
     ("store-export-unknown-model", [*EXPORT, "--model", "nobody"], "nobody"),
     ("store-info-unknown-protocol", ["store", "info", "nosuchfs://bucket/store"], "nosuchfs"),
-    ("store-info-under-a-file", ["store", "info", f"{F}/afile/store"], "afile"),
     (
-        "stored-peer-empty-store",
-        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.store={F}/empty_store")],
-        "empty store",
+        "store-info-under-a-file",
+        ["store", "info", f"{F}/afile/store"],
+        f"{F}/afile/store: {NOT_STORE} ({F}/afile is a file, not a directory)",
     ),
+    *[
+        (
+            f"stored-peer-empty-store{tail}",
+            [*STORED, *sets(f"exchange.store={F}/empty_store", *peer)],
+            f"exchange.store {F}/empty_store: {EMPTY}",
+        )
+        for tail, peer in (("", ()), ("-peer-named", ("exchange.peer_model=x",)))
+    ],
     (
         "kl-coef-huge",
         [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={M}", "algo.kl_coef=1e38")],

@@ -12,10 +12,12 @@ import torch
 from safetensors.torch import load_file
 
 from graft.cli import main
-from graft.config import ArithmeticConfig, SftConfig
+from graft.config import ArithmeticConfig, Config, SftConfig
+from graft.config.lib import load_config
 from graft.groups import make_groups
 from graft.rundir import read_metrics
 from graft.sft.data import distinct_rows, held_out, select
+from graft.sft.loop import best_line
 from graft.store import Provenance, StoreWriter, group_rows
 from graft.tasks.arithmetic import ArithmeticTask
 from graft.training.update import UpdateSettings, minibatch_backward
@@ -208,3 +210,57 @@ def test_graft_sft_learns_resumes_exactly_and_hands_graft_train_a_model(
         f"models.0.path={straight / 'checkpoints/best/policy'}",
     )
     assert main(["train", "configs/grpo_tiny.yaml", "--out", str(then), *grpo]) == 0
+
+
+def test_a_tie_hands_on_the_latest_checkpoint_and_says_no_step_beat_the_start(
+    store, tiny_paths, tmp_path, capsys
+):
+    """Weights that barely move (lr 1e-12) under greedy evaluation: every held-out accuracy ties
+    the start's. checkpoints/best is the latest of the tied steps, not the untrained step 0, and
+    the command and summary.json say plainly that no step beat the start."""
+    sets = _sets(
+        *SMALL,
+        f"models.0.path={tiny_paths['llama']}",
+        "models.0.optim.lr=1e-12",
+        "eval.temperature=0",
+        "eval.samples=1",
+        "run.steps=2",
+        "eval.every=1",
+    )
+    run = tmp_path / "tie"
+    capsys.readouterr()
+    assert main(["sft", "--store", str(store), "--out", str(run), *sets]) == 0
+    out = capsys.readouterr().out
+    accuracy = [r["eval/sft_val/avg@1"] for r in read_metrics(run) if "eval/sft_val/avg@1" in r]
+    assert len(accuracy) == 3 and len(set(accuracy)) == 1  # steps 0, 1, 2 tie
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["best/policy/step"] == 2
+    assert summary["best/policy/start_value"] == accuracy[0]
+    assert summary["best/policy/beat_start"] is False
+    best = json.loads((run / "checkpoints/best/best.json").read_text())
+    assert best["policy"]["step"] == 2
+    line = f"{run / 'checkpoints/best/policy'} holds step 2, the latest checkpoint that tied"
+    assert "no step beat the starting model" in out and line in out
+    assert "best checkpoint" not in out
+
+
+def test_what_the_best_checkpoint_holds_is_said_plainly():
+    path = Path("run/checkpoints/best/policy")
+    info = {"step": 0, "value": 0.5, "suite": "sft_val", "start_value": 0.5, "beat_start": False}
+    assert best_line(info, path) == (
+        "no step beat the starting model: held-out accuracy 0.500 at step 0 and lower at every "
+        f"later evaluation; {path} holds the starting weights (step 0), not a fine-tuned model"
+    )
+    info = {**info, "step": 4, "value": 0.75, "beat_start": True}
+    assert best_line(info, path) == (
+        f"best checkpoint (held-out accuracy 0.750 at step 4, up from 0.500 at step 0): {path}"
+    )
+    last = {"step": 6, "value": None, "suite": "none: no held-out prompt, the last step"}
+    assert "no held-out prompt" in best_line(last, path)
+
+
+def test_an_empty_set_value_names_no_peer():
+    """`--set sft.peer_model=` is the empty string (the store's only model), not null; an empty
+    optional value is still null."""
+    cfg = load_config(Config, None, ["sft.peer_model=", "models.0.zero_contrast.max_responses="])
+    assert cfg.sft.peer_model == "" and cfg.models[0].zero_contrast.max_responses is None

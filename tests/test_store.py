@@ -21,6 +21,7 @@ from graft.store import (
     StoreSchemaError,
     StoreWriter,
     TrajectoryStore,
+    check_store_target,
     group_rows,
 )
 from graft.store.checksum import record_for, sidecar_rel
@@ -229,9 +230,46 @@ def test_newer_schema_is_refused(tmp_path):
     assert any("schema version 2" in why for _, why in store.validate().problems)
 
 
-def test_not_a_store(tmp_path):
-    with pytest.raises(StoreError, match="not a graft trajectory store"):
-        TrajectoryStore(str(tmp_path))
+def test_what_keeps_a_path_from_being_a_store_is_said_the_same_way_everywhere(tmp_path):
+    """Missing, a file, under a file, a directory without store.json, an empty store, a filesystem
+    nobody knows: one wording, keyed by the option that named the store (none for a command's
+    argument); an empty store is the store's fault whether or not a model was named."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "plain").mkdir()
+    StoreWriter(str(tmp_path / "empty"), run_id="r", run_meta={}, background=False).close()
+    why = {
+        "nope": "not a graft trajectory store (no such directory)",
+        "afile": "not a graft trajectory store (a file, not a directory)",
+        "afile/s": f"not a graft trajectory store ({tmp_path}/afile is a file, not a directory)",
+        "plain": "not a graft trajectory store (a directory without store.json)",
+    }
+    for key in ("", "sft.store", "exchange.store"):
+        named = lambda path, key=key: f"{key} {path}" if key else str(path)  # noqa: E731
+        for rel, text in why.items():
+            with pytest.raises(StoreError) as err:
+                TrajectoryStore(str(tmp_path / rel), key=key)
+            assert str(err.value) == f"{named(tmp_path / rel)}: {text}"
+        store = TrajectoryStore(str(tmp_path / "empty"), key=key)
+        for wanted in ("", "alpha"):
+            with pytest.raises(StoreError) as err:
+                store.pick_model(wanted, key="sft.peer_model")
+            empty = "an empty store (no rollouts written yet)"
+            assert str(err.value) == f"{named(tmp_path / 'empty')}: {empty}"
+        with pytest.raises(StoreError) as err:
+            TrajectoryStore("nosuchfs://b/s", key=key)
+        assert str(err.value).startswith(f"{named('nosuchfs://b/s')}: cannot open it: ")
+
+
+def test_store_path_under_a_file_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for rel in ("afile/store", "afile/a/b/store"):
+        with pytest.raises(StoreError) as err:
+            check_store_target(str(tmp_path / rel))
+        assert str(err.value) == (
+            f"store.path {tmp_path / rel}: {tmp_path}/afile is a file, not a directory"
+        )
+    check_store_target(str(tmp_path / "new" / "store"))  # free: nothing in the way
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
 def test_store_cli_info_and_export(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from graft.cli.common import add_run_arguments, run_config
 
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             )
         args.overrides = [*args.overrides, f"sft.store={args.store}"]
     cfg, run_dir, resume = run_config(args)
-    from graft.sft.loop import sft
+    from graft.sft.loop import best_entries, best_line, sft
 
     result = sft(cfg, resume=resume, overwrite=args.overwrite)
     if result.finished_before:
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     for key in sorted(result.final_metrics):
         if "/avg@" in key or key == "sft/val_loss":
             print(f"  {key:48s} {result.final_metrics[key]:.4f}")
-    best = run_dir / "checkpoints" / "best"
-    if best.is_dir():
-        print(f"best checkpoint (held-out accuracy): {best}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for name, info in best_entries(summary).items():
+        print(best_line(info, run_dir / "checkpoints" / "best" / name))
     return 0

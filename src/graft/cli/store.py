@@ -26,7 +26,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from graft.errors import DataError
     from graft.preflight import replaced_atomically, resolved
     from graft.store import TrajectoryStore
 
@@ -35,12 +34,7 @@ def run(args: argparse.Namespace) -> int:
     # info and validate list every damaged shard (and exit 1); export refuses to skip one
     export = args.store_command == "export"
     target = _export_target(args.path, args.out) if export else None  # before reading the store
-    try:
-        store = TrajectoryStore(args.path, strict=export)
-    except (ValueError, ImportError) as err:  # a filesystem nobody knows
-        if isinstance(err, DataError):
-            raise
-        raise DataError(f"{args.path}: cannot open it: {err}") from None
+    store = TrajectoryStore(args.path, strict=export)
     if args.store_command == "info":
         info = store.info()
         if args.json:  # the same exit status as the table: 1 when anything is damaged

@@ -53,8 +53,8 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         return value
     if origin in (Union, types.UnionType):
         args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
+        if type(None) in args and (value is None or (value == "" and str not in args)):
+            return None  # null, or nothing after `--set KEY=`
         errors = []
         for arg in args:
             if arg is type(None):
@@ -134,6 +134,10 @@ def to_dict(obj: Any) -> Any:
 
 
 def _parse_scalar(text: str) -> Any:
+    """A `--set` value as YAML reads it; nothing at all (`KEY=`) is the empty string, which
+    clears a string option (YAML would read null, which no string option takes)."""
+    if not text.strip():
+        return ""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:

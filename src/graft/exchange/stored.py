@@ -39,13 +39,16 @@ class StoredPeer:
         self.damaged: list[str] = []
         try:
             self.store = TrajectoryStore(
-                cfg.store, strict=not cfg.skip_damaged_shards, on_damage=self._skipped
+                cfg.store,
+                key="exchange.store",
+                strict=not cfg.skip_damaged_shards,
+                on_damage=self._skipped,
             )
             info = self.store.info()
         except DamagedShardError as err:
-            raise DamagedShardError(f"exchange.store: {err}; {SKIP_HINT}") from None
+            raise DamagedShardError(f"{self._named(err)}; {SKIP_HINT}") from None
         except StoreError as err:
-            raise StoreError(f"exchange.store: {err}") from None
+            raise StoreError(self._named(err)) from None
         self.model = self.store.pick_model(cfg.peer_model, key="exchange.peer_model")
         self.run_id = cfg.peer_run or None
         self.store.index(self.model, self.run_id)  # fails early on an ambiguous run
@@ -57,6 +60,11 @@ class StoredPeer:
                 f"choose a receiver-only weight explicitly (exchange.weight=receiver_relative or "
                 f"none)"
             )
+
+    def _named(self, err: StoreError) -> str:
+        """The error naming exchange.store (a shard's own error names only the shard)."""
+        text = str(err)
+        return text if text.startswith("exchange.") else f"exchange.store {self.cfg.store}: {text}"
 
     def _skipped(self, path: str, why: str) -> None:
         from tqdm.auto import tqdm
@@ -91,7 +99,7 @@ class StoredPeer:
                 step=self._step_filter(step),
             )
         except DamagedShardError as err:
-            raise DamagedShardError(f"exchange.store: {err}; {SKIP_HINT}") from None
+            raise DamagedShardError(f"{self._named(err)}; {SKIP_HINT}") from None
         found = [p for p in problems if p.id in records]
         items = [
             (verifier, row["response"], p.gold, p.prompt) for p in found for row in records[p.id]

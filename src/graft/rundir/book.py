@@ -12,7 +12,7 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from graft.config import Config, ConfigError
 from graft.errors import DataError
@@ -139,15 +139,25 @@ class RunBook:
                 f"continue with --resume {self.run_dir}"
             ) from None
 
-    def track_best(self, step: int, results: Mapping[str, float], *, suite: str) -> None:
-        """Keep, per policy, the checkpoint with the best validation avg@k (checkpoints/best)."""
+    def track_best(
+        self,
+        step: int,
+        results: Mapping[str, float],
+        *,
+        suite: str,
+        ties: Literal["earliest", "latest"] = "earliest",
+    ) -> None:
+        """Keep, per policy, the checkpoint with the best validation avg@k (checkpoints/best); on
+        a tie the earliest of them, or with `ties="latest"` the latest."""
         if not suite:
             return
         key = f"eval/{suite}/avg@{self.cfg.eval.samples}"
         improved = []
         for name in self.names:
             value = results.get(self.prefix[name] + key)
-            if value is not None and value > self.best.get(name, {}).get("value", -1.0):
+            held = self.best.get(name, {}).get("value")
+            held = -1.0 if held is None else held
+            if value is not None and (value > held or (ties == "latest" and value == held)):
                 self.best[name] = {"step": step, "value": value, "suite": suite}
                 improved.append(name)
         if improved:

@@ -178,12 +178,12 @@ def write_summary(
     run_dir: Path, metrics: Mapping[str, float], *, best: Mapping[str, Any] | None = None
 ) -> None:
     """summary.json: the last step's metrics (evaluation included, when it ran), and per policy
-    the best-by-validation checkpoint (`best/<policy>/step`, `best/<policy>/value`)."""
+    the best-by-validation checkpoint (`best/<policy>/step`, `best/<policy>/value`, and every
+    other field of its entry)."""
     body = {k: _clean(v) for k, v in metrics.items()}
     for name, info in (best or {}).items():
-        body[f"best/{name}/step"] = info["step"]
-        body[f"best/{name}/value"] = info["value"]
-        body[f"best/{name}/suite"] = info["suite"]
+        for field, value in info.items():
+            body[f"best/{name}/{field}"] = value
     tmp = run_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(body, indent=2, sort_keys=True))
     os.replace(tmp, run_dir / "summary.json")

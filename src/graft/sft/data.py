@@ -118,13 +118,15 @@ def read_examples(cfg: SftConfig, *, pool: VerifierPool, verifier: str, seed: in
     """The store's responses that `verifier` calls correct, split (see the module docstring);
     one line naming the store when there is nothing to learn from."""
     try:
-        store = TrajectoryStore(cfg.store)
+        store = TrajectoryStore(cfg.store, key="sft.store")
         model = store.pick_model(cfg.peer_model, key="sft.peer_model")
         run = store.resolve_run(model, cfg.peer_run or None)
         table = store.scan(models=[model], run_ids=[run], columns=[*COLUMNS, "reward"])
-    except StoreError as err:
+    except StoreError as err:  # a shard's own error names the shard, not the store
         text = str(err)
-        raise StoreError(text if text.startswith("sft.") else f"sft.store: {text}") from None
+        raise StoreError(
+            text if text.startswith("sft.") else f"sft.store {cfg.store}: {text}"
+        ) from None
     rows = distinct_rows(table.to_pylist())
     items = [(verifier, r["response"], r["gold"], r["prompt"]) for r in rows]
     verdicts = pool.verify(items) if items else []

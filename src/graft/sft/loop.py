@@ -8,8 +8,9 @@ on the mean NLL over all their response tokens. The forward and backward run in
 first (`graft.training.loss.loss_coefficients`), so the gradient does not depend on the split.
 At step 0, every `eval.every` steps and at the end: the NLL of the held-out responses
 (`sft/val_loss`), the held-out prompts' accuracy (`eval/sft_val/avg@k`, sampled as `eval`
-says), which picks `checkpoints/best` (with no held-out prompt: the last step), and the
-`eval.suites` when `eval.every` > 0.
+says), which picks `checkpoints/best` (of tied checkpoints the latest; with no held-out prompt:
+the last step), and the `eval.suites` when `eval.every` > 0. summary.json says whether the best
+beat the model the run started from (`best/<policy>/beat_start`), and so does the command.
 
 The run directory is a training run's: config.yaml, metrics.jsonl (with the cost counts of
 `graft.training.cost`), checkpoints (model, tokenizer, AdamW state: a checkpoint is a model path
@@ -19,7 +20,9 @@ The run directory is a training run's: config.yaml, metrics.jsonl (with the cost
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from graft.backends import Backend, check_ray_start, make_backend, policy_specs
 from graft.config import Config, ConfigError, to_dict
@@ -228,14 +231,14 @@ class SftRun:
             if start == 0:
                 last = self.evaluate(0)
                 log.log(0, last)
-                book.track_best(0, last, suite=best_by)
+                book.track_best(0, last, suite=best_by, ties="latest")
             bar = progress_bar(run_dir, start=start, steps=cfg.run.steps, enabled=cfg.run.progress)
             for step in bar:
                 metrics = self.step(step)
                 done = step + 1
                 if self._eval_due(done):
                     metrics.update(self.evaluate(done))
-                    book.track_best(done, metrics, suite=best_by)
+                    book.track_best(done, metrics, suite=best_by, ties="latest")
                 log.log(done, metrics)
                 last = metrics
                 bar.set_postfix({"loss": f"{metrics['sft/loss']:.3f}"})
@@ -251,13 +254,71 @@ class SftRun:
         finally:
             log.close(ok=ok)
         data = {f"sft/data/{k}": float(v) for k, v in self.counts.items()}
-        write_summary(run_dir, {**last, **data}, best=book.best)
+        write_summary(
+            run_dir,
+            {**last, **data},
+            best=against_start(book.best, run_dir, samples=cfg.eval.samples),
+        )
         return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
 
     def close(self) -> None:
         if getattr(self, "backend", None) is not None:
             self.backend.close()
         self.pool.close()
+
+
+def against_start(best: Mapping[str, Any], run_dir: Path, *, samples: int) -> dict[str, Any]:
+    """Each best-by-validation entry with the starting model's avg@`samples` on the same suite
+    (`start_value`, from step 0 in metrics.jsonl) and whether the best beat it (`beat_start`:
+    a checkpoint that only tied the start is no better than the model the run started from)."""
+    at_start = next((r for r in read_metrics(run_dir) if r.get("step") == 0), {})
+    out = {}
+    for name, info in best.items():
+        start = None
+        if info["value"] is not None:
+            start = at_start.get(f"eval/{info['suite']}/avg@{samples}")
+        out[name] = dict(info)
+        if start is not None:
+            out[name].update(start_value=start, beat_start=info["value"] > start)
+    return out
+
+
+def best_entries(summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """summary.json's `best/<policy>/<field>` keys, per policy."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in summary.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "best":
+            out.setdefault(parts[1], {})[parts[2]] = value
+    return out
+
+
+def best_line(info: Mapping[str, Any], path: Path) -> str:
+    """What checkpoints/best/<policy> holds, in one line: how it compares with the start, and
+    plainly when no step beat it (the step-0 model would be handed on as "best")."""
+    step, value = info["step"], info["value"]
+    if value is None:
+        return (
+            f"best checkpoint: the last step ({step}), with no held-out prompt to choose by: {path}"
+        )
+    start = info.get("start_value")
+    if start is None:
+        return f"best checkpoint (held-out accuracy {value:.3f} at step {step}): {path}"
+    if info.get("beat_start"):
+        return (
+            f"best checkpoint (held-out accuracy {value:.3f} at step {step}, up from {start:.3f} "
+            f"at step 0): {path}"
+        )
+    if step == 0:
+        return (
+            f"no step beat the starting model: held-out accuracy {start:.3f} at step 0 and lower "
+            f"at every later evaluation; {path} holds the starting weights (step 0), not a "
+            f"fine-tuned model"
+        )
+    return (
+        f"no step beat the starting model: held-out accuracy {value:.3f} at best, the same as at "
+        f"step 0; {path} holds step {step}, the latest checkpoint that tied the start"
+    )
 
 
 def sft(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:

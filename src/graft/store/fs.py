@@ -28,3 +28,14 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         why = " ".join(str(err).split())
         raise ValueError(f"no filesystem for {protocol}:// ({why})") from None
     return pafs.PyFileSystem(handler), ("/" + rest.lstrip("/")).rstrip("/")
+
+
+def nearest_existing(fs: pafs.FileSystem, path: str) -> tuple[str, pafs.FileType]:
+    """The nearest of `path` and its ancestors that exists, with its type (NotFound: none does,
+    up to the top of the filesystem or bucket)."""
+    probe = path.rstrip("/") or "/"
+    while True:
+        kind = fs.get_file_info(probe).type
+        if kind != pafs.FileType.NotFound or "/" not in probe or probe == "/":
+            return probe, kind
+        probe = probe.rsplit("/", 1)[0] or "/"

@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graft.errors import DataError
 from graft.store.checksum import (
     ALGORITHM,
     CHECKSUMS_DIR,
@@ -37,22 +36,18 @@ from graft.store.checksum import (
     shard_rel_of,
     sidecar_rel,
 )
+from graft.store.errors import (
+    EMPTY_STORE,
+    DamagedShardError,
+    StoreError,
+    StoreSchemaError,
+    not_a_store,
+    store_error,
+)
 from graft.store.fs import open_filesystem
 from graft.store.schema import COLUMNS, FORMAT_NAME, INDEX_COLUMNS, SCHEMA_VERSION
 
 _SHARD = re.compile(r"shards/run=([^/]+)/model=([^/]+)/step_(\d{8})\.parquet$")
-
-
-class StoreError(DataError):
-    """A store that cannot be used as asked; the message names the path."""
-
-
-class DamagedShardError(StoreError):
-    """A shard that cannot be read whole (truncated, corrupt, inconsistent)."""
-
-
-class StoreSchemaError(StoreError):
-    """A shard written by a newer graft than this one."""
 
 
 @dataclass(frozen=True)
@@ -83,14 +78,21 @@ class TrajectoryStore:
         self,
         uri: str,
         *,
+        key: str = "",
         cache_shards: int = 8,
         strict: bool = True,
         on_damage: Callable[[str, str], None] | None = None,
     ) -> None:
+        """`key`: the option that named the store (`sft.store`), which its errors name."""
         self.uri = uri
+        self.key = key
+        self.named = f"{key} {uri}" if key else uri
         self.strict = strict
         self.on_damage = on_damage
-        self.fs, self.root = open_filesystem(uri)
+        try:
+            self.fs, self.root = open_filesystem(uri)
+        except (ValueError, ImportError) as err:  # a filesystem nobody knows
+            raise store_error(uri, f"cannot open it: {err}", key=key) from None
         self.checksums = self._checksum_algorithm()
         self.problems: list[tuple[str, str]] = []
         self.unverified: list[str] = []  # shards read without a checksum (an older store)
@@ -102,17 +104,19 @@ class TrajectoryStore:
         """The store's checksum algorithm from store.json (None: written before checksums)."""
         marker = f"{self.root}/store.json"
         if self.fs.get_file_info(marker).type != pa.fs.FileType.File:
-            raise StoreError(f"{self.uri}: not a graft trajectory store (no store.json)")
+            raise store_error(self.uri, not_a_store(self.fs, self.root), key=self.key)
         try:
             with self.fs.open_input_stream(marker) as f:
                 meta = json.loads(f.read().decode())
         except (OSError, ValueError) as err:
-            raise StoreError(f"{self.uri}: unreadable store.json ({err})") from None
+            raise store_error(self.uri, f"unreadable store.json ({err})", key=self.key) from None
         algorithm = meta.get("checksums") if isinstance(meta, dict) else None
         if algorithm not in (None, ALGORITHM):
-            raise StoreError(
-                f"{self.uri}: store.json names checksums {algorithm!r}, which this graft cannot "
-                f"verify (it knows {ALGORITHM!r}); upgrade graft to read this store"
+            raise store_error(
+                self.uri,
+                f"store.json names checksums {algorithm!r}, which this graft cannot verify (it "
+                f"knows {ALGORITHM!r}); upgrade graft to read this store",
+                key=self.key,
             )
         return algorithm
 
@@ -153,7 +157,7 @@ class TrajectoryStore:
             data, problem = self._proven_meta(rel)
             if problem:
                 if self.strict:
-                    raise DamagedShardError(f"{self.uri}: {rel}: {problem}")
+                    raise DamagedShardError(f"{self.named}: {rel}: {problem}")
                 self._damaged(rel, problem)
                 continue
             out[rel[len("runs/") : -len(".json")]] = json.loads(data.decode())
@@ -273,7 +277,7 @@ class TrajectoryStore:
             raise
         except StoreError as err:
             if self.strict:
-                raise DamagedShardError(f"{self.uri}: {err}") from None
+                raise DamagedShardError(f"{self.named}: {err}") from None
             self._damaged(shard.path[len(self.root) + 1 :], str(err))
             return None
 
@@ -327,16 +331,16 @@ class TrajectoryStore:
     # ----------------------------------------------------------------- lookups
     def pick_model(self, wanted: str, *, key: str) -> str:
         """The model `wanted` (config key `key`), or the only model when `wanted` is empty; one
-        line naming the models here otherwise."""
+        line naming the models here otherwise (an empty store: the store, named or not)."""
         models = sorted({s.model for s in self.shards()})
+        if not models:
+            raise store_error(self.uri, EMPTY_STORE, key=self.key)
         if wanted:
             if wanted not in models:
                 raise StoreError(
                     f"{key}: no model {wanted!r} in {self.uri}; models there: {models}"
                 )
             return wanted
-        if not models:
-            raise StoreError(f"{key}: {self.uri} is an empty store (no rollouts written yet)")
         if len(models) != 1:
             raise StoreError(f"{key}: {self.uri} holds models {models}; pick one")
         return models[0]
@@ -345,15 +349,15 @@ class TrajectoryStore:
         runs = sorted({s.run_id for s in self.shards(model=model)})
         if run_id is not None:
             if run_id not in runs:
-                raise StoreError(f"{self.uri}: no rollouts of model {model!r} in run {run_id!r}")
+                raise StoreError(f"{self.named}: no rollouts of model {model!r} in run {run_id!r}")
             return run_id
         if not runs:
             raise StoreError(
-                f"{self.uri}: no rollouts of model {model!r}; models here: "
+                f"{self.named}: no rollouts of model {model!r}; models here: "
                 f"{sorted({s.model for s in self.shards()})}"
             )
         if len(runs) > 1:
-            raise StoreError(f"{self.uri}: model {model!r} appears in runs {runs}; choose one")
+            raise StoreError(f"{self.named}: model {model!r} appears in runs {runs}; choose one")
         return runs[0]
 
     def index(self, model: str, run_id: str | None = None) -> dict[str, list[tuple[int, Shard]]]:

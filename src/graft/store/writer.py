@@ -38,7 +38,7 @@ from graft.store.checksum import (
     record_for,
     sidecar_rel,
 )
-from graft.store.fs import open_filesystem
+from graft.store.fs import nearest_existing, open_filesystem
 from graft.store.schema import FORMAT_NAME, SCHEMA_VERSION, to_table
 
 SHARD_PREFIX = "step_"
@@ -54,8 +54,11 @@ def check_store_target(uri: str) -> None:
     marker = f"{root}/store.json"
     kind = fs.get_file_info(marker).type
     if kind == pa.fs.FileType.NotFound:
-        if fs.get_file_info(root).type == pa.fs.FileType.File:
-            raise StoreError(f"store.path {uri}: is a file, not a store directory")
+        where, what = nearest_existing(fs, root)
+        if what == pa.fs.FileType.File:
+            if where == root:
+                raise StoreError(f"store.path {uri}: is a file, not a store directory")
+            raise StoreError(f"store.path {uri}: {where} is a file, not a directory")
         return
     try:
         with fs.open_input_stream(marker) as f:
