@@ -85,6 +85,16 @@ def batch_record(batches) -> dict:
     return out
 
 
+def scores_record(s_values, weights) -> dict:
+    """One direction's call: every peer response's score s (None where it could not be imported)
+    and its admission weight w, admitted or not, so that a change in the score or the floor
+    shows even where no admission flips."""
+    return {
+        "s": [None if math.isnan(x) else x for x in s_values],
+        "w": list(weights),
+    }
+
+
 def weights_record(run_dir: Path, step: int, names) -> dict[str, dict]:
     """Per model: the sha256 of the checkpoint's tensors, and per tensor its sum of absolute
     values and of squares (float64), for the tolerant mode."""
@@ -193,6 +203,7 @@ def differences(got: dict, want: dict, *, exact: bool) -> list[str]:
                 same = gb[field] == wb[field] if exact else _floats_close(gb[field], wb[field])
                 if not same:
                     out.append(f"batch {step} {name}: {field} differ")
+    out += _score_differences(got.get("scores", []), want.get("scores", []), exact=exact)
     for name, w in want["weights"].items():
         g = got["weights"].get(name)
         if g is None:
@@ -201,4 +212,21 @@ def differences(got: dict, want: dict, *, exact: bool) -> list[str]:
             out.append(f"final weights of {name}: sha256 differs")
         elif not _floats_close(g["stats"], w["stats"]):
             out.append(f"final weights of {name}: statistics differ")
+    return out
+
+
+def _score_differences(got: list, want: list, *, exact: bool) -> list[str]:
+    """Scores: bit for bit in the exact mode; else which responses are admitted exactly, and s
+    and w to the tolerance."""
+    if len(got) != len(want):
+        return [f"{len(got)} scored directions, recorded {len(want)}"]
+    out = []
+    for i, (g, w) in enumerate(zip(got, want)):
+        if exact:
+            same = g == w
+        else:
+            admitted = [x > 0 for x in g["w"]] == [x > 0 for x in w["w"]]
+            same = admitted and _floats_close(g["s"], w["s"]) and _floats_close(g["w"], w["w"])
+        if not same:
+            out.append(f"scored direction {i}: peer scores or admissions differ")
     return out

@@ -228,3 +228,47 @@ def test_the_resample_forecast_matches_what_settle_does():
     assert abs(statistics.fmean(responses) - need["responses"]) < 4 * se
     assert statistics.fmean(fills) == pytest.approx(need["fill"], abs=0.01)
     assert statistics.fmean(f == 1.0 for f in fills) == pytest.approx(need["full"], abs=0.03)
+
+
+@pytest.mark.parametrize("mode", ["drop", "resample"])
+def test_every_prompt_sampled_is_kept_or_dropped_in_a_graft_run(tmp_path, mode):
+    """A GRAFT run whose floor refuses most peer responses (delta 0.97), so the gate selects
+    prompts whose peer group admits nothing and which leave the batch: per policy and step,
+    kept + dropped = the prompts sampled (the step's own and the extra rounds'), the refused
+    prompts among the dropped, as many as the exchange's selected minus grafted."""
+    from pathlib import Path
+
+    from graft.config import Config, load_config
+    from graft.rundir import read_metrics
+    from graft.trainer import train
+
+    golden = Path(__file__).parent / "golden" / "models"
+    prompts = 8
+    sets = [
+        f"run.out_dir={tmp_path}",
+        "run.steps=3",
+        "run.save_every=0",
+        "run.progress=false",
+        "run.backend=inprocess",
+        "eval.every=0",
+        f"rollout.prompts_per_step={prompts}",
+        "rollout.group_size=4",
+        "exchange.delta=0.97",
+        f"models=[{{name: llama, path: '{golden / 'llama'}', zero_contrast: {{mode: {mode}}}}}, "
+        f"{{name: qwen, path: '{golden / 'qwen'}', zero_contrast: {{mode: {mode}}}}}]",
+    ]
+    cfg = load_config(Config, Path(__file__).parents[1] / "configs" / "graft_tiny.yaml", sets)
+    train(cfg)
+    refused_seen = 0
+    for r in read_metrics(tmp_path):
+        if "m/llama/contrast/fill_frac" not in r:
+            continue
+        for me, peer in (("llama", "qwen"), ("qwen", "llama")):
+            m = f"m/{me}/contrast/"
+            kept = round(r[f"{m}fill_frac"] * prompts)
+            extra = r.get(f"{m}extra_responses", 0.0) / 4
+            assert kept + r[f"{m}dropped_groups"] == prompts + extra, (r["step"], me)
+            x = f"x/{peer}->{me}/"
+            assert r[f"{m}refused_groups"] == r[f"{x}selected"] - r[f"{x}prompts_grafted"]
+            refused_seen += r[f"{m}refused_groups"]
+    assert refused_seen > 0  # the run exercised what the identity is about

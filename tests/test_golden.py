@@ -28,6 +28,7 @@ from golden_record import (
     differences,
     float_fingerprint,
     machine,
+    scores_record,
     weights_record,
 )
 from graft.config import Config, load_config
@@ -49,6 +50,7 @@ BASE = [
     f"{{name: qwen, path: '{MODELS / 'qwen'}', optim: {{lr: 2.0e-5}}}}]",
 ]
 SMALL = ["rollout.prompts_per_step=8", "rollout.group_size=4", "run.backend=inprocess"]
+FLOOR = 0.79
 VARIANTS: dict[str, list[str]] = {
     # The paper's path, as `graft train configs/graft_tiny.yaml` runs it (worker processes).
     "paper": ["run.steps=5"],
@@ -63,6 +65,9 @@ VARIANTS: dict[str, list[str]] = {
     "random_admission": ["run.steps=3", *SMALL, "exchange.admission=random"],
     "per_byte": ["run.steps=3", *SMALL, "exchange.weight=per_byte"],
     "receiver_relative": ["run.steps=3", *SMALL, "exchange.weight=receiver_relative"],
+    # The floor where a peer response scores just under it (0.7848 at step 0, the small run's
+    # closest under 0.8): a change of the floor by 1% flips an admission here.
+    "floor": ["run.steps=3", *SMALL, f"exchange.delta={FLOOR}"],
     "no_balancing_first": [
         "run.steps=3",
         *SMALL,
@@ -119,18 +124,29 @@ cost counts (tests/test_cost.py) and the share of each batch with reward contras
 
 
 def run_recorded(cfg: Config, run_dir: Path) -> dict:
+    import graft.exchange.step as exchange_step
+
     trainer = Trainer(cfg)
     batches: list[dict] = []
+    scores: list[dict] = []
     train = trainer.backend.train
+    weigh = exchange_step.admission_weights
 
     def recording_train(b, **kwargs):
         batches.append(batch_record(b))
         return train(b, **kwargs)
 
+    def recording_weigh(s_values, imported, **kwargs):
+        weights = weigh(s_values, imported, **kwargs)
+        scores.append(scores_record(s_values, weights))
+        return weights
+
     trainer.backend.train = recording_train
+    exchange_step.admission_weights = recording_weigh
     try:
         trainer.run(run_dir)
     finally:
+        exchange_step.admission_weights = weigh
         trainer.close()
     metrics = [
         {k: v for k, v in r.items() if not k.startswith(ADDED) and not is_timing(k)}
@@ -140,6 +156,7 @@ def run_recorded(cfg: Config, run_dir: Path) -> dict:
     got = {
         "metrics": metrics,
         "batches": batches,
+        "scores": scores,
         "weights": weights_record(run_dir, cfg.run.steps, names),
     }
     return json.loads(json.dumps(got))  # the same float and tuple round trip as the record
@@ -165,6 +182,9 @@ def test_golden_run(variant, golden_mode, tmp_path):
     if variant == "paper":  # the record must show the exchange at work, or it guards little
         admitted = [q for b in got["batches"] for r in b.values() for q in r["peer"]]
         assert len(admitted) > 20 and len({round(q[2], 6) for q in admitted}) > 5
+    if variant == "floor":  # a response within 1% under the floor, or a floor change goes unseen
+        scores = [x for call in got["scores"] for x in call["s"] if x is not None]
+        assert any(FLOOR - 0.01 < x <= FLOOR for x in scores), sorted(scores)
     _compare(variant, got, golden_mode)
 
 
@@ -210,6 +230,11 @@ def _admission_off_by_1e7(s: float, *, delta: float, mode: str) -> float:
     return 1.0 if mode == "none" else (min(s, 1.0) - 1e-7 if s > delta else 0.0)
 
 
+def _floor_one_percent_lower(s: float, *, delta: float, mode: str) -> float:
+    """The admission floor moved down by 0.01: `s > delta - 0.01`."""
+    return 1.0 if mode == "none" else (min(s, 1.0) if s > delta - 0.01 else 0.0)
+
+
 def _advantages_over_admitted(d, weights, *, objective="pg"):
     """The peer's advantages recomputed over the admitted responses only (the method keeps the
     source's full-group advantages)."""
@@ -236,12 +261,19 @@ def _advantages_over_admitted(d, weights, *, objective="pg"):
 
 
 PLANTS = {
-    "weight_1e-7": ("graft.exchange.weight.admission_weight", _admission_off_by_1e7, ()),
-    "delta_0.79": (None, None, ("exchange.delta=0.79",)),
+    "weight_1e-7": ("graft.exchange.weight.admission_weight", _admission_off_by_1e7, (), "small"),
+    "delta_0.79": (None, None, ("exchange.delta=0.79",), "small"),
+    "floor_minus_0.01": (
+        "graft.exchange.weight.admission_weight",
+        _floor_one_percent_lower,
+        (),
+        "floor",
+    ),
     "advantages_over_admitted": (
         "graft.exchange.ablations.replacement_groups",
         _advantages_over_admitted,
         (),
+        "small",
     ),
 }
 
@@ -253,11 +285,11 @@ def test_planted_change_fails(plant, golden_mode, tmp_path, monkeypatch):
     that move a decision (which responses are admitted, their advantages) fail both."""
     if golden_mode == "record":
         pytest.skip("recording")
-    target, planted, extra = PLANTS[plant]
+    target, planted, extra, variant = PLANTS[plant]
     if target:
         monkeypatch.setattr(target, planted)
-    got = run_recorded(_config("small", tmp_path, *extra), tmp_path)
-    want = json.loads((GOLDEN / "small.json").read_text())
+    got = run_recorded(_config(variant, tmp_path, *extra), tmp_path)
+    want = json.loads((GOLDEN / f"{variant}.json").read_text())
     tolerant = differences(got, want, exact=False)
     if plant == "weight_1e-7":
         if golden_mode != "exact":

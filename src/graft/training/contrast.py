@@ -59,7 +59,11 @@ class Refill:
     budget: Budget
     kept: tuple[TrainGroup, ...] = ()
     dropped: int = 0
-    """Groups without contrast left out (the step's own and the extra rounds')."""
+    """Groups without contrast left out (the step's own and the extra rounds'), the prompts the
+    exchange selected but whose peer responses were all refused among them."""
+    refused: int = 0
+    """Of `dropped`: prompts the exchange selected (the receiver failed them all) whose peer
+    responses the weight all refused, so no group of that prompt reached the batch."""
     rounds: int = 0
     responses: int = 0
     """Extra responses sampled."""
@@ -98,21 +102,27 @@ class Refill:
         if self.budget.mode == "keep":
             return out
         out["contrast/dropped_groups"] = float(self.dropped)
+        out["contrast/refused_groups"] = float(self.refused)
         if self.budget.mode == "resample":
             out["contrast/extra_rounds"] = float(self.rounds)
             out["contrast/extra_responses"] = float(self.responses)
         return out
 
 
-def start(batch: Sequence[TrainGroup], budget: Budget) -> tuple[Refill, tuple[TrainGroup, ...]]:
+def start(
+    batch: Sequence[TrainGroup], budget: Budget, *, refused: int = 0
+) -> tuple[Refill, tuple[TrainGroup, ...]]:
     """A policy's batch after the exchange, settled by its mode before any extra round: the
-    refill state, and the batch to train on if no round follows (`keep`: unchanged)."""
+    refill state, and the batch to train on if no round follows (`keep`: unchanged). `refused`:
+    the step's prompts that left the batch in the exchange (selected, every peer response refused);
+    they count as dropped, so that kept + dropped covers every prompt sampled."""
     if budget.mode not in MODES:
         raise ValueError(f"unknown zero_contrast mode {budget.mode!r}; use {', '.join(MODES)}")
     kept = tuple(g for g in batch if has_contrast(g))
-    state = Refill(budget, kept=kept, dropped=len(batch) - len(kept))
+    dropped = len(batch) - len(kept) + refused
+    state = Refill(budget, kept=kept, dropped=dropped, refused=refused)
     if budget.mode == "keep":
-        return replace(state, dropped=0), tuple(batch)
+        return replace(state, dropped=0, refused=0), tuple(batch)
     return state, kept
 
 
@@ -127,12 +137,16 @@ def settle(
     sample: Sampler,
 ) -> tuple[dict[str, list[TrainGroup]], dict[str, dict[str, float]]]:
     """Every policy's batch with its groups without contrast kept, dropped or replaced by extra
-    rounds; all policies that still want groups sample each round together. Returns the batches
-    and each policy's counts (`Refill.metrics`)."""
+    rounds; all policies that still want groups sample each round together. A batch shorter than
+    its budget's `want` lost prompts in the exchange (selected, nothing admitted): they count as
+    dropped. Returns the batches and each policy's counts (`Refill.metrics`): in `drop` and
+    `resample`, kept + dropped = the prompts sampled (the step's and the extra rounds')."""
     states: dict[str, Refill] = {}
     out: dict[str, list[TrainGroup]] = {}
     for name, batch in batches.items():
-        states[name], settled = start(batch, budgets.get(name, Budget(want=max(len(batch), 1))))
+        budget = budgets.get(name, Budget(want=max(len(batch), 1)))
+        refused = max(budget.want - len(batch), 0)  # left in the exchange (module docstring)
+        states[name], settled = start(batch, budget, refused=refused)
         out[name] = list(settled)
     rnd = 0
     while wanted := {n: k for n, s in states.items() if (k := s.next_round()) > 0}:
