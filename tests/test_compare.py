@@ -406,3 +406,23 @@ def test_a_compute_grid_ends_where_the_shortest_run_ends():
     )
     with pytest.raises(ValueError, match="outside"):
         interpolate([(0.0, 0.1), (10.0, 0.2)], 10.5)
+
+
+def test_the_cost_table_shows_a_short_runs_cpu_seconds_to_three_figures():
+    from graft.evidence.compare_report import cost_table, cpu_seconds
+
+    assert [cpu_seconds(x) for x in (0, 0.0421, 0.5, 1.234, 12.345, 123.45, 1234.5)] == [
+        "0",
+        "0.0421",
+        "0.500",
+        "1.23",
+        "12.3",
+        "123",
+        "1234",
+    ]
+    counts = {"steps": 2, "responses": 16, "gen_tokens": 90, "forward_tokens": 90}
+    counts |= {"train_tokens": 90, "flops": 1e9}
+    cpu = {"generate_cpu_s": 0.0312, "score_cpu_s": 0.0047, "train_cpu_s": 0.21, "verify_cpu_s": 0}
+    cost = {k: {"mean": float(v)} for k, v in (counts | cpu).items()}
+    lines = cost_table({"methods": {"GRPO": {"cost": cost}}}, "GRPO")
+    assert lines[-1].endswith("| 0.0312 / 0.00470 / 0.210 / 0 |"), lines[-1]

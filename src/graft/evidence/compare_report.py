@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,17 @@ COST_RULE = (
 )
 
 
+def cpu_seconds(value: float) -> str:
+    """CPU seconds to three significant figures (a short run's 0.042 s, not "0"); whole seconds
+    from 1000 on."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{digits}f}"
+
+
 def cost_table(policy: Mapping[str, Any], baseline: str) -> list[str]:
     """The paper's cost comparison in miniature: one row per method that counted its cost."""
     rows = {label: e["cost"] for label, e in policy["methods"].items() if e.get("cost")}
@@ -195,7 +207,7 @@ def cost_table(policy: Mapping[str, Any], baseline: str) -> list[str]:
         mean = {k: v["mean"] for k, v in cost.items()}
         ratio = f"{mean['flops'] / base:.2f}x" if base and "flops" in mean else "-"
         cpu = " / ".join(
-            f"{mean[k]:.0f}" if (k := f"{p}_cpu_s") in mean else "-"
+            cpu_seconds(mean[k]) if (k := f"{p}_cpu_s") in mean else "-"
             for p in ("generate", "score", "train", "verify")
         )
         cells = [f"{mean['steps']:.0f}"]
