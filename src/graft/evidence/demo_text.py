@@ -170,9 +170,21 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def _move(policy: Mapping[str, Any], skill: str) -> str:
+    """`GRAFT 0.0% -> 7.5%; GRPO 0.0% -> 0.0%`: one skill's held-out accuracy per method."""
+    key = next(k for k in next(iter(policy["methods"].values()))["points"] if f"/{skill}/" in k)
+    parts = []
+    for label, entry in policy["methods"].items():
+        pts = entry["points"][key]
+        end = pts[final_point(list(pts))]["mean"]
+        parts.append(f"{label} {100 * pts['step_0']['mean']:.1f}% -> {100 * end:.1f}%")
+    return "; ".join(parts)
+
+
 def anecdote_lines(results: Mapping[str, Any]) -> list[str]:
     """What this run shows, model by model: the skill it cannot learn alone (its all-fail share
-    before training), that skill under each method, and the training reward's rise."""
+    before training) and that skill under each method, then its own skill (training that
+    learns) and the training reward."""
     s = results["settings"]
     pair = PAIRS[s.get("pair", "mul")]
     (regime,) = results["regimes"].values()
@@ -186,24 +198,19 @@ def anecdote_lines(results: Mapping[str, Any]) -> list[str]:
         "",
     ]
     for m in MODELS:
-        weak = pair.weak[m]
+        weak, strong = pair.weak[m], pair.strong[m]
         fail = comp["models"][m][weak]["all_fail"]
         policy = compare["policies"][m]
-        key = next(k for k in next(iter(policy["methods"].values()))["points"] if f"/{weak}/" in k)
-        moves = []
+        rewards = []
         for label, entry in policy["methods"].items():
-            pts = entry["points"][key]
-            rewards = [entry["reward"][k] for k in sorted(entry["reward"], key=int)]
-            head, tail = rewards[: max(len(rewards) // 4, 1)], rewards[-max(len(rewards) // 4, 1) :]
-            moves.append(
-                f"{label} {100 * pts['step_0']['mean']:.1f}% -> "
-                f"{100 * pts[final_point(list(pts))]['mean']:.1f}% (training reward "
-                f"{_mean(head):.2f} -> {_mean(tail):.2f})"
-            )
+            values = [entry["reward"][k] for k in sorted(entry["reward"], key=int)]
+            n = max(len(values) // 4, 1)
+            rewards.append(f"{label} {_mean(values[:n]):.2f} -> {_mean(values[-n:]):.2f}")
         lines.append(
-            f"- {m}, `{pair.short(weak)}` (its peer's skill; before training it failed all 8 "
-            f"samples on {100 * fail:.0f}% of those prompts, so GRPO alone gets no signal "
-            f"there): " + "; ".join(moves)
+            f"- {m}, `{pair.short(weak)}`, its peer's skill (before training it failed all 8 "
+            f"samples on {100 * fail:.0f}% of those prompts: GRPO alone gets no signal there): "
+            f"{_move(policy, weak)}. Its own `{pair.short(strong)}`: {_move(policy, strong)}. "
+            f"Training reward, first to last quarter of the steps: {'; '.join(rewards)}."
         )
     return lines
 
