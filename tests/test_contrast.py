@@ -272,3 +272,25 @@ def test_every_prompt_sampled_is_kept_or_dropped_in_a_graft_run(tmp_path, mode):
             assert r[f"{m}refused_groups"] == r[f"{x}selected"] - r[f"{x}prompts_grafted"]
             refused_seen += r[f"{m}refused_groups"]
     assert refused_seen > 0  # the run exercised what the identity is about
+    # The store tells the extra rounds' rollouts from the step's own, and their round.
+    from graft.store import TrajectoryStore
+
+    rows = TrajectoryStore(str(tmp_path / "trajectories")).scan(columns=["model", "step", "round"])
+    records = [r for r in read_metrics(tmp_path) if "m/llama/contrast/fill_frac" in r]
+    resampled = 0
+    for me in ("llama", "qwen"):
+        mine = [
+            (st, rd)
+            for m, st, rd in zip(*(rows[c].to_pylist() for c in rows.column_names))
+            if m == me
+        ]
+        for r in records:
+            step = r["step"] - 1
+            own = sum(1 for st, rd in mine if st == step and rd == 0)
+            extra = sum(1 for st, rd in mine if st == step and rd > 0)
+            assert own == prompts * 4
+            assert extra == r.get(f"m/{me}/contrast/extra_responses", 0.0)
+            rounds = {rd for st, rd in mine if st == step and rd > 0}
+            assert rounds == set(range(1, int(r.get(f"m/{me}/contrast/extra_rounds", 0)) + 1))
+            resampled += extra
+    assert resampled > 0 or mode == "drop"

@@ -16,6 +16,7 @@ from graft.cli import main
 from graft.groups import make_groups
 from graft.store import (
     SCHEMA,
+    SCHEMA_VERSION,
     Provenance,
     StoreError,
     StoreSchemaError,
@@ -118,7 +119,7 @@ def test_round_trip_every_field(tmp_path):
                     0,
                     16,
                 )
-                assert row["schema_version"] == 1
+                assert (row["schema_version"], row["round"]) == (SCHEMA_VERSION, 0)
     assert store.runs()["run-a"] == {"note": "test"}
 
 
@@ -139,7 +140,7 @@ def test_lookup_and_filters(tmp_path):
         store.lookup([pid], model="gamma")
     info = store.info()
     assert info["models"]["alpha"]["rows"] == 36 and info["models"]["alpha"]["steps"] == [0, 2]
-    assert info["schema_versions"] == [1]
+    assert info["schema_versions"] == [SCHEMA_VERSION]
 
 
 def test_fsspec_uri(tmp_path):
@@ -221,13 +222,34 @@ def test_newer_schema_is_refused(tmp_path):
     _write(str(uri))
     table = pa.table({name: [] for name in SCHEMA.names}, schema=SCHEMA)
     newer = table.replace_schema_metadata(
-        {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"2"}
+        {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"3"}
     )
     _commit(uri, "shards/run=run-a/model=alpha/step_00000050.parquet", newer)
     store = TrajectoryStore(str(uri))
-    with pytest.raises(StoreSchemaError, match=r"schema version 2.*up to 1"):
+    with pytest.raises(StoreSchemaError, match=r"schema version 3.*up to 2"):
         store.scan()
-    assert any("schema version 2" in why for _, why in store.validate().problems)
+    assert any("schema version 3" in why for _, why in store.validate().problems)
+
+
+def test_a_version_1_shard_reads_its_rollouts_as_the_steps_own(tmp_path):
+    """Version 1 had no `round` column: its rows read as round 0 (it stored no other), beside
+    version-2 shards of the same store, whatever columns are asked for."""
+    uri = tmp_path / "store"
+    _write(str(uri))
+    current = TrajectoryStore(str(uri)).scan()
+    old = current.drop_columns(["round"]).replace_schema_metadata(
+        {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"1"}
+    )
+    old = old.set_column(0, "schema_version", pa.array([1] * old.num_rows, pa.int16()))
+    _commit(uri, "shards/run=run-a/model=alpha/step_00000050.parquet", old)
+    store = TrajectoryStore(str(uri))
+    both = store.scan()
+    assert both.num_rows == 2 * current.num_rows and both.schema.names == SCHEMA.names
+    assert set(both["round"].to_pylist()) == {0}
+    assert sorted(set(both["schema_version"].to_pylist())) == [1, SCHEMA_VERSION]
+    assert store.scan(columns=["step", "round"]).column_names == ["step", "round"]
+    assert store.scan(steps=(50, 50), columns=["round"])["round"].to_pylist() == [0] * old.num_rows
+    assert not store.validate().problems
 
 
 def test_what_keeps_a_path_from_being_a_store_is_said_the_same_way_everywhere(tmp_path):

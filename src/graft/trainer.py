@@ -151,9 +151,15 @@ class Trainer:
         t4, after = time.perf_counter(), self.backend.usage()
         verify_cpu = self._verify_cpu_by_policy(self.pool.cpu_s - verify_cpu)
         if self.recorder is not None:  # the extra rounds' rollouts after the step's own
-            every = {name: (*gs, *extra.get(name, ())) for name, gs in groups.items()}
+            every = {
+                name: (*gs, *(g for _, g in extra.get(name, ()))) for name, gs in groups.items()
+            }
+            rounds = {
+                name: [0] * len(gs) + [r for r, _ in extra.get(name, ())]
+                for name, gs in groups.items()
+            }
             with self.book.writing_store(self.recorder.uri):
-                self.recorder.record(step, every, outcome.replaced)
+                self.recorder.record(step, every, outcome.replaced, rounds)
         metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
         metrics.update(outcome.metrics)
         for name, counts in contrast.items():
@@ -180,10 +186,15 @@ class Trainer:
 
     def settle(
         self, step: int, batches: Mapping[str, Sequence[TrainGroup]]
-    ) -> tuple[dict[str, list[TrainGroup]], dict[str, list[Group]], dict[str, dict[str, float]]]:
+    ) -> tuple[
+        dict[str, list[TrainGroup]],
+        dict[str, list[tuple[int, Group]]],
+        dict[str, dict[str, float]],
+    ]:
         """Each policy's groups without reward contrast kept, dropped, or replaced by groups on
         further prompts (`models.N.zero_contrast`, graft.training.contrast). Returns the batches,
-        the extra rounds' groups per policy (for the store) and each policy's counts."""
+        the extra rounds' groups per policy with their round (for the store) and each policy's
+        counts."""
         plan, extra = self.plan, {name: [] for name in self.names}
         budgets = {
             m.name: Budget(
@@ -218,7 +229,7 @@ class Trainer:
                     names=names,
                 )
                 for name, gs in rounds.items():
-                    extra[name].extend(gs)
+                    extra[name].extend((rnd, g) for g in gs)
                     got[name] = [self_train_group(g) for g in gs]
             return got
 

@@ -4,8 +4,8 @@ Every read of a shard first proves it: its bytes are hashed as they are read and
 sha256, byte size and row count recorded when it was written (checksum.py), and only then parsed.
 A damaged shard is never skipped silently: a strict store (the default) raises an error naming it;
 with `strict=False` it is skipped, recorded in `problems` and passed to `on_damage`. Foreign files
-and writes that never finished are listed and ignored. A shard written by a NEWER schema than this
-code knows is refused with an error, never misread.
+and writes that never finished are listed and ignored. A shard of a NEWER schema is refused, never
+misread; an older one reads the columns added since at their default (schema.ADDED_IN).
 
 In a store whose store.json records checksums, a shard without its checksum is damaged. A store
 written before graft recorded checksums stays readable: its shards without a checksum are read,
@@ -45,7 +45,15 @@ from graft.store.errors import (
     store_error,
 )
 from graft.store.fs import open_filesystem
-from graft.store.schema import COLUMNS, FORMAT_NAME, INDEX_COLUMNS, SCHEMA_VERSION
+from graft.store.schema import (
+    COLUMNS,
+    FORMAT_NAME,
+    INDEX_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    absent,
+    with_defaults,
+)
 
 _SHARD = re.compile(r"shards/run=([^/]+)/model=([^/]+)/step_(\d{8})\.parquet$")
 
@@ -238,8 +246,11 @@ class TrajectoryStore:
             if meta.get(b"graft.format", b"").decode() != FORMAT_NAME:
                 raise StoreError(f"{rel}: not written by graft (no graft format marker)")
             version = int(meta.get(b"graft.schema_version", b"0"))
-            missing = [c for c in (columns or COLUMNS) if c not in pf.schema_arrow.names]
-            table = None if version > SCHEMA_VERSION or missing else pf.read(columns=columns)
+            wanted, present = list(columns or COLUMNS), pf.schema_arrow.names
+            missing = absent(wanted, present, version)
+            table = None
+            if version <= SCHEMA_VERSION and not missing:
+                table = with_defaults(pf.read(columns=[c for c in wanted if c in present]), wanted)
         except StoreError:
             raise
         except Exception as exc:
@@ -322,8 +333,6 @@ class TrajectoryStore:
                 table = table.select(list(columns))
             tables.append(table)
         if not tables:
-            from graft.store.schema import SCHEMA
-
             schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
             return schema.empty_table()
         return pa.concat_tables(tables)

@@ -14,8 +14,11 @@ import pyarrow as pa
 
 from graft.types import Group
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FORMAT_NAME = "graft-trajectory-store"
+ADDED_IN = {"round": 2}
+"""Columns added after version 1, with the version that added them: a shard of an older version
+reads them as their default (`round`: 0, the step's own rollouts, the only ones it stored)."""
 
 SCHEMA = pa.schema(
     [
@@ -49,8 +52,11 @@ SCHEMA = pa.schema(
         ("top_p", pa.float32()),
         ("top_k", pa.int32()),
         ("max_new_tokens", pa.int32()),
+        # 0: the step's own rollouts; k: the k-th extra round of dynamic sampling
+        # (models.N.zero_contrast.mode=resample), on prompts the step's batch did not hold.
+        ("round", pa.int16()),
     ],
-    metadata={b"graft.format": FORMAT_NAME.encode(), b"graft.schema_version": b"1"},
+    metadata={b"graft.format": FORMAT_NAME.encode(), b"graft.schema_version": b"2"},
 )
 COLUMNS = tuple(SCHEMA.names)
 INDEX_COLUMNS = ("model", "run_id", "step", "prompt_id")
@@ -73,9 +79,15 @@ class Provenance:
 
 
 def group_rows(
-    groups: Sequence[Group], *, step: int, prov: Provenance, replaced: Sequence[bool] = ()
+    groups: Sequence[Group],
+    *,
+    step: int,
+    prov: Provenance,
+    replaced: Sequence[bool] = (),
+    rounds: Sequence[int] = (),
 ) -> dict[str, list[Any]]:
-    """Columns (name -> values) for every response of a policy's groups at one step."""
+    """Columns (name -> values) for every response of a policy's groups at one step; `rounds`:
+    each group's sampling round (default 0, the step's own)."""
     cols: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     for gi, group in enumerate(groups):
         rewards = group.rewards_G
@@ -117,10 +129,27 @@ def group_rows(
                 "top_p": prov.top_p,
                 "top_k": prov.top_k,
                 "max_new_tokens": prov.max_new_tokens,
+                "round": rounds[gi] if rounds else 0,
             }
             for name, value in row.items():
                 cols[name].append(value)
     return cols
+
+
+def absent(wanted: Sequence[str], present: Sequence[str], version: int) -> list[str]:
+    """The columns of `wanted` that a shard of `version` holding `present` lacks, those added
+    after its version aside (they read at their default: `with_defaults`)."""
+    return [c for c in wanted if c not in present and ADDED_IN.get(c, 0) <= version]
+
+
+def with_defaults(table: pa.Table, wanted: Sequence[str]) -> pa.Table:
+    """`table` (a shard of an older version) with the columns of `wanted` it lacks added at their
+    default (`ADDED_IN`), in the order of `wanted`."""
+    for name in wanted:
+        if name not in table.column_names:
+            field = SCHEMA.field(name)
+            table = table.append_column(field, pa.array([0] * table.num_rows, field.type))
+    return table.select(list(wanted))
 
 
 def to_table(columns: Mapping[str, list[Any]]) -> pa.Table:

@@ -101,14 +101,22 @@ class Recorder:
         step: int,
         groups: Mapping[str, Sequence[Group]],
         replaced: Mapping[str, frozenset[int]],
+        rounds: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
+        """One step's groups of every policy; `rounds`: each group's sampling round per policy
+        (absent: all the step's own, round 0)."""
         for name, gs in groups.items():
             if name not in self.provenance:  # a stored peer's groups are not this run's
                 continue
             flags = [i in replaced.get(name, frozenset()) for i in range(len(gs))]
-            self.writer.write(
-                name, step, group_rows(gs, step=step, prov=self.provenance[name], replaced=flags)
+            rows = group_rows(
+                gs,
+                step=step,
+                prov=self.provenance[name],
+                replaced=flags,
+                rounds=(rounds or {}).get(name, ()),
             )
+            self.writer.write(name, step, rows)
 
     def note_cost(self, cumulative: Mapping[str, float]) -> None:
         """The run's cost so far (`cost/cum/...` metrics) into the store's run metadata."""
