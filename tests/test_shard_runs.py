@@ -1,7 +1,7 @@
 """A sharded policy (`models.N.shards: K`) in training runs, through `graft train`: the rewards
 and weights of the unsharded policy at K = 2 and 4 with every rank training, a KL term, the
-checkpoint layout, resume at another K, a killed rank or driver, and a GRAFT pair with one
-sharded policy (worker processes and Ray)."""
+checkpoint layout, resume at another K, a killed rank or driver, a GRAFT pair with one sharded
+policy (worker processes and Ray), and damaged sharded checkpoints refused in one line."""
 
 from __future__ import annotations
 
@@ -337,3 +337,98 @@ def test_float16_compute_with_shards_trains_and_resumes_bit_for_bit(tmp_path):
     want, got = _weights(straight), _weights(resumed)
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert _relative(want, _weights(straight, step=2)) > 0  # step 3 moved the weights
+
+
+def _last_checkpoint_only(runs, out):
+    """A copy of the K = 2 run holding only its last checkpoint: (the run, its policy folder)."""
+    import shutil
+
+    shutil.copytree(runs / "two", out)
+    for old in sorted((out / "checkpoints").glob("step_*"))[:-1]:
+        shutil.rmtree(old)
+    return out, out / "checkpoints" / "step_000003" / "llama"
+
+
+def _refused(out, capsys, *sets: str) -> str:
+    """`graft train --resume` of `out` ends with exit code 2 and one line: that line."""
+    from graft.cli import main
+
+    capsys.readouterr()
+    args = ["train", "--resume", str(out), "--set", "run.steps=4"]
+    assert main([*args, *(a for s in sets for a in ("--set", s))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err  # no traceback, from no rank
+    return err[0]
+
+
+def test_a_rank_file_missing_ends_the_resume_in_one_line_naming_it(one_and_two, tmp_path, capsys):
+    """A checkpoint whose manifest agrees with its files but whose optimizer/ lacks rank 1's file
+    (a run directory not every node sees, or a hand repair): resume at any K ends in one line
+    naming the checkpoint and the file, not in a traceback from every rank. Read directly, the
+    state says the same in one line (torch's CheckpointException, a BaseException, is turned into
+    a ValueError)."""
+    from transformers import AutoModelForCausalLM
+
+    from graft.rundir import write_manifest
+    from graft.training.optim_state import load_sharded_into_unsharded, saved_shards
+
+    out, policy = _last_checkpoint_only(one_and_two, tmp_path / "run")
+    (policy / "optimizer" / "__1_0.distcp").unlink()
+    write_manifest(policy.parent)
+    for shards in (2, 1):
+        line = _refused(out, capsys, f"models.0.shards={shards}")
+        assert "no intact checkpoint" in line and str(policy.parent) in line, line
+        assert "optimizer/__1_0.distcp: missing (optimizer/.metadata names it)" in line, line
+    with pytest.raises(ValueError) as err:
+        saved_shards(policy)
+    assert str(policy) in str(err.value) and "optimizer/__1_0.distcp is missing" in str(err.value)
+    model = AutoModelForCausalLM.from_pretrained(policy)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(ValueError) as err:
+        load_sharded_into_unsharded(policy, model, optimizer)
+    message = str(err.value)
+    assert "\n" not in message and str(policy / "optimizer") in message, message
+    assert "__1_0.distcp" in message, message
+
+
+def test_a_sharded_checkpoint_without_its_optimizer_folder_says_so(one_and_two, tmp_path, capsys):
+    """A sharded checkpoint that lost its optimizer/ (and whose manifest was rewritten to match):
+    the folder is named as missing, not optimizer.pt, which sharded checkpoints never have."""
+    import shutil
+
+    from graft.rundir import checkpoint_problems, write_manifest
+
+    out, policy = _last_checkpoint_only(one_and_two, tmp_path / "run")
+    shutil.rmtree(policy / "optimizer")
+    write_manifest(policy.parent)
+    want = (
+        f"{policy / 'optimizer'}: missing (the AdamW state of the 2 ranks that wrote this "
+        f"checkpoint, one file per rank)"
+    )
+    assert checkpoint_problems(policy.parent, ["llama"]) == [want]
+    line = _refused(out, capsys)
+    assert line.endswith(want) and "optimizer.pt" not in line, line
+
+
+def test_a_damaged_sharded_checkpoint_is_refused_before_any_rank_starts(
+    one_and_two, tmp_path, capsys, monkeypatch
+):
+    """The only checkpoint of a K = 2 run has a truncated file: resume is refused in one line
+    naming the checkpoint and the file before any policy process or rank starts (it took 17-52 s
+    to refuse once every rank had started)."""
+    import time
+
+    import graft.trainer
+
+    def no_policy(*args, **kwargs):
+        raise AssertionError("a policy started before the damaged checkpoint was refused")
+
+    monkeypatch.setattr(graft.trainer, "make_backend", no_policy)
+    out, policy = _last_checkpoint_only(one_and_two, tmp_path / "run")
+    with (policy / "model.safetensors").open("r+b") as f:
+        f.truncate(1000)
+    start = time.monotonic()
+    line = _refused(out, capsys)
+    assert time.monotonic() - start < 15
+    assert "no intact checkpoint" in line and str(policy / "model.safetensors") in line, line
+    assert "truncated (1000 bytes" in line, line

@@ -27,6 +27,7 @@ from graft.preflight import check_store
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close, write_summary
 from graft.rundir.book import RunBook, where_it_stands
+from graft.rundir.checkpoints import refuse_unresumable
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
@@ -426,4 +427,6 @@ class Trainer:
 def train(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:
     """Train according to `cfg`, writing into cfg.run.out_dir. `overwrite`: a run already there
     is moved aside (RUN_DIR.old-N), once every check passed and the models are loaded."""
+    if resume:  # a run with no checkpoint to resume from ends before any model loads or rank starts
+        refuse_unresumable(Path(cfg.run.out_dir), [m.name for m in cfg.models])
     return run_then_close(Trainer(cfg), cfg.run.out_dir, resume=resume, overwrite=overwrite)

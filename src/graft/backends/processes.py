@@ -20,7 +20,9 @@ from typing import Any
 from graft.backends.base import Answers, Backend, Calls, T, Then, answer, keep
 from graft.errors import PolicyWorkerError
 from graft.procutil import die_with_parent
+from graft.training.build import resolve_device
 from graft.training.policy import Policy, PolicySpec
+from graft.training.shards import rank_environment, started_with
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -62,6 +64,14 @@ def _serve(conn: Connection, spec: PolicySpec) -> None:
             conn.send(("error", _portable(exc)))
 
 
+def _rank_environment(spec: PolicySpec) -> dict[str, str]:
+    """What the worker of a sharded policy (its rank 0) adds to its environment
+    (graft.training.shards.rank_environment); nothing for an unsharded one."""
+    if spec.model.shards == 1:
+        return {}
+    return rank_environment(resolve_device(spec.model.device))
+
+
 class ProcessBackend(Backend):
     def __init__(self, specs: Sequence[PolicySpec], *, start_method: str = "spawn") -> None:
         ctx = multiprocessing.get_context(start_method)
@@ -78,7 +88,8 @@ class ProcessBackend(Backend):
                 # die_with_parent still ends it with the driver.
                 daemon=spec.model.shards == 1,
             )
-            proc.start()
+            with started_with(_rank_environment(spec)):
+                proc.start()
             child.close()
             self._conns[spec.model.name], self._procs[spec.model.name] = parent, proc
         try:

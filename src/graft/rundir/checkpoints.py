@@ -113,9 +113,10 @@ def _read_manifest(folder: Path) -> tuple[dict[str, dict[str, Any]] | None, str]
     return files, ""
 
 
-def manifest_problems(folder: Path, *, under: str = "") -> list[str]:
+def manifest_problems(folder: Path, *, under: str = "", digests: bool = True) -> list[str]:
     """Every file of `folder` (only those under the subfolder `under`, when given) that is
-    missing, changed, or not listed in its MANIFEST.json, as 'PATH: why' (empty: intact)."""
+    missing, changed, or not listed in its MANIFEST.json, as 'PATH: why' (empty: intact).
+    Without `digests`, what a look at the files shows (presence and size) and nothing read."""
     files, why = _read_manifest(folder)
     if files is None:
         return [f"{folder / MANIFEST}: {why}"]
@@ -132,7 +133,7 @@ def manifest_problems(folder: Path, *, under: str = "") -> list[str]:
         if size != want["bytes"]:
             kind = "truncated" if size < want["bytes"] else "longer than written"
             out.append(f"{path}: {kind} ({size} bytes, {MANIFEST} records {want['bytes']})")
-        elif (got := _digest(path)["sha256"]) != want["sha256"]:
+        elif digests and (got := _digest(path)["sha256"]) != want["sha256"]:
             out.append(
                 f"{path}: changed since it was written (sha256 {got[:16]}..., {MANIFEST} "
                 f"records {want['sha256'][:16]}...)"
@@ -143,30 +144,66 @@ def manifest_problems(folder: Path, *, under: str = "") -> list[str]:
     return out
 
 
-def _required(folder: Path) -> tuple[str, ...]:
-    """The files a policy's checkpoint needs: a LoRA policy stores its adapter, not the model."""
+def _saved_shards(folder: Path) -> int:
+    """How many ranks wrote a policy's AdamW state, as its policy_state.json says (unreadable:
+    whether it holds the folder a sharded policy writes)."""
+    try:
+        return int(json.loads((folder / "policy_state.json").read_text()).get("shards", 1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 2 if (folder / "optimizer").is_dir() else 1
+
+
+def _policy_problems(folder: Path) -> list[str]:
+    """The files a policy's checkpoint needs that are not there, as 'PATH: missing (why)': a LoRA
+    policy stores its adapter, not the model; a sharded one its AdamW state in `optimizer/`, one
+    file per rank, every one of which `optimizer/.metadata` names must be there."""
+    out = []
     if (folder / "adapter_config.json").is_file():
-        return (
-            "adapter_model.safetensors",
-            "adapter_config.json",
-            "optimizer.pt",
-            "policy_state.json",
-        )
-    if (folder / "optimizer").is_dir():  # a sharded policy: AdamW in one file per rank
-        return ("model.safetensors", "optimizer/.metadata", "policy_state.json")
-    return ("model.safetensors", "optimizer.pt", "policy_state.json")
-
-
-def checkpoint_problems(checkpoint: Path, policies: list[str]) -> list[str]:
-    """Every missing, changed or unlisted file of a checkpoint, as 'PATH: why' (empty: intact):
-    every file is proven against MANIFEST.json, and the files resume needs must be there."""
-    out = manifest_problems(checkpoint)
-    named = {line.split(": ", 1)[0] for line in out}
-    needed = [checkpoint / "trainer_state.json"]
-    needed += [
-        checkpoint / name / file for name in policies for file in _required(checkpoint / name)
+        needed = ["adapter_model.safetensors", "adapter_config.json", "optimizer.pt"]
+    elif (shards := _saved_shards(folder)) > 1:
+        needed = ["model.safetensors", "optimizer/.metadata"]
+        if not (folder / "optimizer").is_dir():
+            needed = needed[:1]
+            out.append(
+                f"{folder / 'optimizer'}: missing (the AdamW state of the {shards} ranks that "
+                f"wrote this checkpoint, one file per rank)"
+            )
+    else:
+        needed = ["model.safetensors", "optimizer.pt"]
+    out += [
+        f"{folder / f}: missing"
+        for f in [*needed, "policy_state.json"]
+        if not (folder / f).is_file()
     ]
-    out += [f"{path}: missing" for path in needed if not path.is_file() and str(path) not in named]
+    if "optimizer/.metadata" in needed and (folder / "optimizer/.metadata").is_file():
+        from graft.training.optim_state import missing_rank_files
+
+        try:
+            missing = missing_rank_files(folder / "optimizer")
+        except ValueError as err:
+            return [*out, str(err)]
+        out += [
+            f"{folder / 'optimizer' / f}: missing (optimizer/.metadata names it)" for f in missing
+        ]
+    return out
+
+
+def checkpoint_problems(
+    checkpoint: Path, policies: list[str], *, digests: bool = True
+) -> list[str]:
+    """Every missing, changed or unlisted file of a checkpoint, as 'PATH: why' (empty: intact):
+    every file is proven against MANIFEST.json (without `digests`, by presence and size only),
+    and the files resume needs must be there."""
+    out = manifest_problems(checkpoint, digests=digests)
+    named = {line.split(": ", 1)[0] for line in out}
+    needed = (
+        []
+        if (checkpoint / "trainer_state.json").is_file()
+        else [f"{checkpoint / 'trainer_state.json'}: missing"]
+    )
+    for name in policies:
+        needed += _policy_problems(checkpoint / name)
+    out += [line for line in needed if line.split(": ", 1)[0] not in named]
     return out
 
 
@@ -181,6 +218,26 @@ def verify_checkpoint(folder: Path) -> None:
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise DataError(f"checkpoint {folder} is damaged: {problems[0]}{more}")
+
+
+def _none_intact(run_dir: Path, first: str) -> DataError:
+    return DataError(f"--resume {run_dir}: no intact checkpoint; the newest is damaged: {first}")
+
+
+def refuse_unresumable(run_dir: Path, policies: list[str]) -> None:
+    """Raise DataError (one line, naming the newest checkpoint's first problem) when no
+    checkpoint of the run could be resumed from, by what a look at its files shows (a manifest,
+    every file it lists at its size, nothing unlisted, what resume needs): a check cheap enough to
+    make before any model loads or any rank starts. Their contents are proven against the
+    manifest when resume loads one (`intact_checkpoint`). A run without checkpoints passes."""
+    first = ""
+    for checkpoint in reversed(checkpoint_dirs(run_dir)):
+        problems = checkpoint_problems(checkpoint, policies, digests=False)
+        if not problems:
+            return
+        first = first or problems[0]
+    if first:
+        raise _none_intact(run_dir, first)
 
 
 def intact_checkpoint(
@@ -203,7 +260,7 @@ def intact_checkpoint(
         damaged.append(checkpoint)
         first = first or problems[0]
         warn(f"checkpoint {checkpoint.name} is damaged: {'; '.join(problems)}")
-    raise DataError(f"--resume {run_dir}: no intact checkpoint; the newest is damaged: {first}")
+    raise _none_intact(run_dir, first)
 
 
 def set_aside(checkpoint: Path) -> Path:

@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -45,7 +46,7 @@ from graft.procutil import die_with_parent
 from graft.rollout import Sample, SamplingParams
 from graft.training.build import PolicySpec, resolve_device, set_warmup_lr
 from graft.training.cost import Meter, parameter_count
-from graft.training.optim_state import OPTIMIZER_DIR, load_into_sharded, saved_shards
+from graft.training.optim_state import load_into_sharded, save_sharded, saved_shards
 from graft.training.policy import Policy, sample_rows, score_rows
 from graft.training.shards import (
     Lockstep,
@@ -57,7 +58,9 @@ from graft.training.shards import (
     gathered_layers,
     init_shard_group,
     load_full_weights,
+    rank_environment,
     share_from_rank0,
+    started_with,
     with_tied_keys,
     without_tied_keys,
 )
@@ -176,11 +179,7 @@ class ShardWorker:
     def save(self, directory: Path) -> dict[str, torch.Tensor]:
         """Each rank's part of the AdamW state written; the full weights returned on rank 0
         (`{}` on the others), gathered one tensor at a time."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        state = get_optimizer_state_dict(self.model, self.optimizer)
-        dcp.save({"optimizer": state}, checkpoint_id=str(directory / OPTIMIZER_DIR))
+        save_sharded(directory, self.model, self.optimizer)
         return full_state_on_rank0(self.model)
 
     def load(self, directory: Path, full: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
@@ -191,6 +190,32 @@ class ShardWorker:
         load_into_sharded(directory, self.model, self.optimizer, rank=self.shard.rank)
         self.num_updates = int(state["num_updates"])
         self.precision.load_state_dict(state.get("precision", {}))
+
+
+def idle_ranks_warning(
+    name: str, spec: PolicySpec, groups: Sequence[TrainGroup], frac: float
+) -> str:
+    """The one line that says an update left some of a policy's ranks without a micro-batch, and
+    what keeps them all busy."""
+    world, size = spec.model.shards, spec.algo.micro_batch_size
+    rows = -(-sum(len(g.sequences) for g in groups) // max(spec.algo.minibatches, 1))
+    busy = max(rows // world, 1)
+    if size > busy:
+        why = (
+            f"a minibatch of up to {rows} sequences in micro-batches of "
+            f"algo.micro_batch_size={size} makes fewer micro-batches than ranks; "
+            f"algo.micro_batch_size <= {busy} gives every rank one"
+        )
+    else:  # only the sequences with a nonzero advantage are run
+        why = (
+            f"the sequences with a nonzero advantage made fewer micro-batches of "
+            f"algo.micro_batch_size={size} than ranks"
+        )
+    return (
+        f"policy {name!r}: an update left some of its {world} ranks without a micro-batch "
+        f"(shard/idle_rank_frac {frac:.2f}): {why} (warned once; shard/idle_rank_frac counts "
+        f"every update)"
+    )
 
 
 def serve_rank(worker: ShardWorker, call: tuple) -> bool:
@@ -301,7 +326,8 @@ class ProcessRank:
             name=f"graft-policy-{spec.model.name}-rank{rank}",
             daemon=True,
         )
-        self.proc.start()
+        with started_with(rank_environment(resolve_device(rank_spec(spec, rank).model.device))):
+            self.proc.start()
         child.close()
 
     @property
@@ -351,6 +377,7 @@ class ShardedPolicy(Policy):
         # mixed-precision policy casts (no autocast on top).
         self.model = self.optimizer = self.ref_model = None  # type: ignore[assignment]
         self.precision = Precision()
+        self._said_idle = False  # ranks left without a micro-batch: warned about once
 
     def _send(self, *call: Any) -> None:
         """A call every rank takes part in: sent to ranks 1..K-1, then run here."""
@@ -412,6 +439,10 @@ class ShardedPolicy(Policy):
         if self.engine is not None:
             self._collective(self.worker.sync_engine, self.engine)
         self.num_updates = self.worker.num_updates
+        if stats.get("shard/idle_rank_frac", 0.0) > 0 and not self._said_idle:
+            self._said_idle = True
+            line = idle_ranks_warning(self.name, self.spec, groups, stats["shard/idle_rank_frac"])
+            print(f"warning: {line}", file=sys.stderr, flush=True)  # from the worker, at once
         return stats
 
     def save(self, directory: str | Path) -> None:

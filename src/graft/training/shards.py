@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,6 +29,37 @@ from graft.models.modeling import checkpoint_layers, decoder_layers, head_gradie
 DEFAULT_TIMEOUT_S = 300.0
 """Every collective of a shard group gives up after this long: a dead rank ends the run, never
 hangs it."""
+
+
+MALLOC_THRESHOLD = ("MALLOC_MMAP_THRESHOLD_", "65536")
+"""glibc's mmap threshold for a CPU rank's process: blocks of 64 KiB and more are given back to
+the system when freed, instead of staying with the process (a K = 2 rank sampling on the CPU held
+about 630 MB with it, 1050 MB without)."""
+
+
+def rank_environment(device: str) -> dict[str, str]:
+    """What the process of a rank on `device` adds to its environment: on the CPU, glibc's mmap
+    threshold, unless the environment already sets one."""
+    name, value = MALLOC_THRESHOLD
+    if torch.device(device).type != "cpu" or name in os.environ:
+        return {}
+    return {name: value}
+
+
+@contextlib.contextmanager
+def started_with(env: dict[str, str]) -> Iterator[None]:
+    """`env` in os.environ while a process starts inside (a spawned child copies the environment
+    at its start, and glibc reads these settings then); as it was again afterwards."""
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @dataclass(frozen=True)
