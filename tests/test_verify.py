@@ -261,7 +261,7 @@ def test_registry_and_versions():
     import hanging_verifier
 
     assert resolve_verifier(PLUGIN) is hanging_verifier.check
-    assert verifier_version("math") == "math-verify==0.9.0;graft-strict-3"
+    assert verifier_version("math") == "math-verify==0.9.0;graft-strict-4"
     assert verifier_version("final_number") == "final_number;1"
     assert verifier_version(PLUGIN) == f"{PLUGIN};unversioned"
     for bad in ("nonsense", "module:", ":function", "a.b:not-an-identifier"):

@@ -12,15 +12,18 @@ Each rewrite keeps the value and only changes the spelling (tests/test_answer_fo
 - `1\\,000` and `1{,}000` are one thousand (a thin space or braced comma between digit groups);
 - `\\varnothing` is `\\emptyset`; `2√3` is `2\\sqrt{3}`; `90°` is 90 degrees (`90^\\circ`);
 - a repeating decimal `0.\\overline{3}` is the fraction it equals (1/3);
-- an AMC choice written with its value, `\\textbf{(C)}~27` or `\\text{(B) } 12`, is the value
-  (`choice_letter` reads its letter, for a gold that is the letter);
-- digits written in Unicode are digits: superscripts are powers (`10³` -> `10^{3}`), full-width
-  digits and letters are ASCII (`１２` -> `12`), `−` is a minus sign;
+- an AMC choice written with its value, `\\textbf{(C)}~27`, `\\text{(B) } 12`, `B: 12` or after it,
+  `27 \\text{ (C)}`, is the value (`choice_letter` reads its letter, for a gold that is the letter);
+- digits written in Unicode are digits: superscripts are powers (`10³` -> `10^{3}`), subscripts
+  subscripts (`x₁` -> `x_{1}`), full-width and mathematical styles are ASCII (`１２`, bold `𝟏𝟐`,
+  double-struck `𝟙𝟚` -> `12`), digits of other scripts are ASCII digits (`١٢`, `१२`), `½` is a
+  fraction and `−` is a minus sign;
 - `\\gamma` is a symbol (the parser reads `\\gamma^{2}-1` as the gamma function of -1).
 
 Units are split off by `split_unit` before parsing (the parser's own unit stripping is off):
 only words that are units (`UNITS`) inside `\\text{}` / `\\mathrm{}` (or bare, for words of two
 letters or more), and degrees; never a letter of the expression (`\\frac{1}{m} t` keeps its t).
+`unit_letter` reads a one-letter unit written against a number (`0.02m`), for a numeric gold.
 
 Two forms are not LaTeX expressions at all and are read here into their own values:
 - clock times `12:00`, `9:05:30`, `3:15 p.m.` (`ClockTime`), which the parser reads as 12/0;
@@ -90,8 +93,14 @@ _SQRT_SIGN = re.compile(r"√\s*(\{[^{}]*\}|\d+(?:\.\d+)?|[A-Za-z])")
 _DEGREE = re.compile(r"\s*(?:°|\^\s*\{?\s*\\circ\s*\}?|\\degree)\s*$")
 _OVERLINE = re.compile(r"^(-?)(\d*)\.(\d*)\\overline\{(\d+)\}$")
 _AMC_CHOICE = re.compile(
-    r"^(?:\\textbf\{\s*\(?[A-E]\)?\s*\}|\\text\{\s*\(?[A-E]\)\s*\}|\([A-E]\))"
-    r"\s*(?:~|\\[,;: ]|\\quad)*\s*(.+)$"
+    r"^(?:\\textbf\{\s*\(?[A-E]\)?\s*\}|\\text\{\s*\(?[A-E]\)\s*\}|\([A-E]\)"
+    r"|[A-E](?:\s*[:)]|\.(?=\s)))\s*(?:~|\\[,;: ]|\\quad)*\s*(.+)$"
+)
+# The same choice written after its value: `32 \\text{ (C)}`, `32 \\; \\textbf{(C)}`, `32 (C)`.
+_TRAILING_CHOICE = re.compile(
+    r"^(.*?[\d}).])\s*(?:,|~|\\[,;: ]|\\quad)*\s*"
+    r"(?:\\text(?:bf)?\s*\{\s*\(([A-E])\)\s*\}|\(([A-E])\))\s*$",
+    re.DOTALL,
 )
 
 
@@ -109,15 +118,31 @@ def repeating_decimal(text: str) -> str | None:
 
 _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾", "0123456789+-()")
 _SUPERSCRIPT_RUN = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾]+")
-_FULL_WIDTH = re.compile("[\uff01-\uff5e]+")
+_SUBSCRIPTS = str.maketrans("₀₁₂₃₄₅₆₇₈₉₊₋₍₎", "0123456789+-()")
+_SUBSCRIPT_RUN = re.compile("[₀₁₂₃₄₅₆₇₈₉₊₋₍₎]+")
+# Full-width forms, mathematical alphanumerics (bold 𝟏𝟐, double-struck, monospace, italic 𝑥)
+# and enclosed digits (①): compatibility forms of ASCII characters.
+_COMPATIBLE = re.compile("[\uff01-\uff5e\U0001d400-\U0001d7ff\u2460-\u24ff]+")
+_OTHER_DIGIT = re.compile(r"(?![0-9])\d")  # a decimal digit of another script (١٢, १२)
+_VULGAR = re.compile("[\u00bc-\u00be\u2150-\u215e]")
 _GAMMA = re.compile(r"\\gamma(?![A-Za-z])(?!\s*(?:\(|\\left\())")
 
 
+def _vulgar_fraction(char: str) -> str:
+    num, _, den = unicodedata.normalize("NFKC", char).partition("\u2044")
+    return f"\\frac{{{num}}}{{{den}}}" if num.isdigit() and den.isdigit() else char
+
+
 def unicode_digits(text: str) -> str:
-    """Superscript runs as powers, full-width characters as ASCII, `−` as `-`."""
+    """Superscript runs as powers, subscript runs as subscripts, full-width, mathematical
+    (bold, double-struck...) and enclosed characters as ASCII, digits of other scripts as ASCII
+    digits (and the Arabic decimal separator), `½` as a fraction, `−` as `-`."""
     text = _SUPERSCRIPT_RUN.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", text)
-    text = _FULL_WIDTH.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), text)
-    return text.replace("−", "-")
+    text = _SUBSCRIPT_RUN.sub(lambda m: "_{" + m.group(0).translate(_SUBSCRIPTS) + "}", text)
+    text = _COMPATIBLE.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), text)
+    text = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(0))), text)
+    text = _VULGAR.sub(lambda m: _vulgar_fraction(m.group(0)), text)
+    return text.replace("−", "-").replace("٫", ".").replace("٬", "")
 
 
 def rewrite(text: str) -> str:
@@ -126,9 +151,7 @@ def rewrite(text: str) -> str:
     dollars = _DOLLARS.match(text)
     if dollars is not None and dollars.group(1).strip():
         text = dollars.group(1).strip()
-    choice = _AMC_CHOICE.match(text)
-    if choice is not None:
-        text = choice.group(1).strip()
+    text = choice_value(text) or text
     text = _THOUSANDS.sub(lambda m: m.group(1) + re.sub(r"\\,|\{,\}", "", m.group(2)), text)
     text = text.replace("\\varnothing", "\\emptyset")
     text = _SQRT_SIGN.sub(lambda m: f"\\sqrt{{{m.group(1).strip('{}')}}}", text)
@@ -261,6 +284,22 @@ _UNIT_NAMES = {
 }  # fmt: skip
 
 
+_ATTACHED_UNIT = re.compile(
+    r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)"
+    r"(?:\s*\\(?:times|cdot)\s*10\^\{?[-+]?\d+\}?)?)\s*([A-Za-z])\s*$"
+)
+
+
+def unit_letter(text: str) -> str:
+    """A number followed by a one-letter unit (`0.02m`, `5 s`) spelled with the unit in
+    `\\text{}`, so that `split_unit` reads it; any other text unchanged. Only for a gold that is a
+    number: against a symbolic gold, `3m` is 3 times m."""
+    match = _ATTACHED_UNIT.match(text)
+    if match is None or match.group(2) not in UNITS:
+        return text
+    return f"{match.group(1)} \\text{{ {match.group(2)}}}"
+
+
 def same_unit(a: str, b: str) -> bool:
     """Do two units from `split_unit` name the same unit (`cm` = `centimeters`)?"""
 
@@ -279,22 +318,33 @@ def same_unit(a: str, b: str) -> bool:
     return canonical(a) == canonical(b)
 
 
+_LETTER_MARK = re.compile(r"\s*(?:[:)]|\.(?=\s))")
 _CHOICE = re.compile(
     r"^\s*(?:\\text(?:bf)?\s*\{\s*\(?([A-E])\)?\s*\}|\(([A-E])\)|([A-E]))(?![A-Za-z])"
 )
 
 
+def choice_value(text: str) -> str | None:
+    """The value of a choice written with its letter (`\\textbf{(C)}~27` or `27 \\text{ (C)}`
+    -> "27"), or None when `text` is not one."""
+    choice = _AMC_CHOICE.match(text) or _TRAILING_CHOICE.match(text)
+    return None if choice is None else choice.group(1).strip()
+
+
 def choice_letter(text: str, *, whole: bool = False) -> str | None:
-    """The multiple-choice letter that `text` starts with (`\\text{(B) } 12`, `(C) 27`, `B`), or
-    None; with `whole`, only when the letter is all of `text` (a gold `B` or `(B)`)."""
+    """The multiple-choice letter that `text` starts with (`\\text{(B) } 12`, `(C) 27`, `B`) or
+    ends with after its value (`27 \\text{ (C)}`), or None; with `whole`, only when the letter is
+    all of `text` (a gold `B` or `(B)`)."""
     text = unicode_digits(text.strip()).strip("$").strip()
     match = _CHOICE.match(text)
     if match is None:
-        return None
+        trailing = None if whole else _TRAILING_CHOICE.match(text)
+        return None if trailing is None else trailing.group(2) or trailing.group(3)
     if whole and text[match.end() :].strip(" .~"):
         return None
-    if match.group(3) and not whole and text[match.end() :].strip():
-        return None  # a bare `B x` is an expression, not a choice
+    rest = text[match.end() :]
+    if match.group(3) and not whole and rest.strip() and not _LETTER_MARK.match(rest):
+        return None  # a bare `B x` is an expression, not a choice (`B: 12` is one)
     return next(g for g in match.groups() if g)
 
 
@@ -325,7 +375,7 @@ def named_components(text: str) -> list[str] | None:
     return [value for _, value in sorted(pairs)]
 
 
-_DECIMAL = re.compile(r"^[-+]?(\d*)(\.?)(\d*)(?:\s*\\times\s*10\^\{([-+]?\d+)\})?$")
+_DECIMAL = re.compile(r"^[-+]?(\d*)(\.?)(\d*)(?:\s*\\(?:times|cdot)\s*10\^\{?([-+]?\d+)\}?)?$")
 
 
 def significant_digits(text: str) -> int | None:

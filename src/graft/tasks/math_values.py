@@ -4,6 +4,7 @@ to a few significant figures, after rounding. The rules are `graft.tasks.verify`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from fractions import Fraction
@@ -216,13 +217,39 @@ def joint_answer(gold: Any, parts: list[Any]) -> tuple[Any, Any] | None:
 
 _ROUNDED_MIN_DIGITS = 3
 """A decimal gold with at least this many significant digits is taken as rounded: an exact answer
-(a fraction, a surd) that rounds to it is right. A decimal answer must also carry more digits
-than the gold, and the gold at least one more digit."""
+(a fraction, a surd) or a decimal answer with more digits that rounds to it is right; and a
+decimal answer of at least this many digits (fewer than the gold's) is right when the gold rounds
+to it."""
 
 
-def rounds_to_gold(gold: str, gold_expr: Any, pred: Any) -> bool:
+def _digits_of(answer: str, pred: Any) -> int:
+    """Significant digits of a decimal answer: from its spelling when it is a plain decimal,
+    otherwise from its value."""
+    spelled = (
+        forms.significant_digits(forms.split_unit(forms.rewrite(answer))[0]) if answer else None
+    )
+    if spelled is not None:
+        return spelled
+    mantissa = str(pred.evalf()).partition("e")[0]
+    return len(mantissa.lstrip("-0.").replace(".", "").rstrip("0"))
+
+
+def _within_half_unit(value: Any, other: Any, digits: int) -> bool:
+    """Is `other` within half a unit of the `digits`-th significant digit of `value`?"""
+    s = _math().sympy
+    v, o = value.evalf(_EVAL_DIGITS), other.evalf(_EVAL_DIGITS)
+    if v == 0 or not (v.is_finite and o.is_finite):
+        return False
+    exponent = math.floor(math.log10(abs(float(v))))
+    half_unit = s.Rational(1, 2) * s.Integer(10) ** (exponent - digits + 1)
+    return bool(abs(o - v) <= half_unit * (1 + s.Rational(1, 10**12)))
+
+
+def rounds_to_gold(gold: str, gold_expr: Any, pred: Any, answer: str = "") -> bool:
     """Does `pred` round to a decimal gold at the gold's significant digits (a relative
-    difference of at most half a unit in its last digit, 5 * 10^-digits)?"""
+    difference of at most half a unit in its last digit, 5 * 10^-digits), or, for a decimal
+    answer with fewer digits (three or more), does the gold round to the answer? `answer` is the
+    answer's spelling (its digits count; a trailing unit aside)."""
     digits = forms.significant_digits(gold)
     if (
         digits is None
@@ -230,14 +257,90 @@ def rounds_to_gold(gold: str, gold_expr: Any, pred: Any) -> bool:
         or not (_is_number(gold_expr) and _is_number(pred))
     ):
         return False
-    s = _math().sympy
-    if pred.has(s.Float):
-        pred_digits = len(str(pred.evalf()).lstrip("-0.").replace(".", "").rstrip("0"))
-        if digits <= _ROUNDED_MIN_DIGITS or pred_digits <= digits:
+    if pred.has(_math().sympy.Float):
+        pred_digits = _digits_of(answer, pred)
+        if pred_digits < digits:
+            return pred_digits >= _ROUNDED_MIN_DIGITS and _within_half_unit(
+                pred, gold_expr, pred_digits
+            )
+        if pred_digits == digits:
             return False
-    g, p = gold_expr.evalf(_EVAL_DIGITS), pred.evalf(_EVAL_DIGITS)
-    if g == 0 or not (g.is_finite and p.is_finite):
+    return _within_half_unit(gold_expr, pred, digits)
+
+
+def same_value(a: str, b: str) -> bool:
+    """Do two pieces of LaTeX have the same value? False when either does not parse."""
+    try:
+        return math_equal(parse_answer(a), parse_answer(b))
+    except Exception:
         return False
-    exponent = math.floor(math.log10(abs(float(g))))
-    half_unit = s.Rational(1, 2) * s.Integer(10) ** (exponent - digits + 1)
-    return bool(abs(p - g) <= half_unit * (1 + s.Rational(1, 10**12)))
+
+
+def differ(a: str, b: str) -> bool:
+    """Do two pieces of LaTeX both parse, to different values?"""
+    try:
+        return not math_equal(parse_answer(a), parse_answer(b))
+    except Exception:
+        return False
+
+
+def _terminates(value: Any) -> bool:
+    """Is a number written exactly as a decimal (a decimal, or a fraction over 2^a 5^b)?"""
+    if value.has(_math().sympy.Float):
+        return True
+    exact = _to_fraction(value)
+    if exact is None:
+        return False
+    den = exact.denominator
+    for p in (2, 5):
+        while den % p == 0:
+            den //= p
+    return den == 1
+
+
+def _approximates(text: str, value: Any, box: Any, marked: bool) -> bool:
+    """Does a number written in the text round the box's value (a decimal of an exact box that
+    has no finite decimal, `7.07` for `5\\sqrt{2}`; or any number marked as approximate)?"""
+    if not (_is_number(value) and _is_number(box)):
+        return False
+    if not marked and ("." not in text or _terminates(box)):
+        return False
+    digits = forms.significant_digits(text)
+    if digits is None:
+        digits = len(text.strip().lstrip("-+").lstrip("0")) or 1
+    return _within_half_unit(value, box, digits)
+
+
+def same_as(boxes: tuple[str, ...], approximately: str) -> Any:
+    """`same(text)` for the commitment rules: does a value written in the response equal one of
+    the final boxes? By value when both parse, by spelling otherwise; a text starting with
+    `approximately` (or a decimal of a box that has no exact decimal) only has to round to it.
+    The boxes are parsed on the first value that needs them."""
+    spelled = {"".join(b.split()) for b in boxes}
+
+    @cache
+    def parsed() -> list[Any]:
+        out = []
+        for box in boxes:
+            with contextlib.suppress(Exception):
+                out.append(parse_answer(box))
+        return out
+
+    @cache
+    def same(text: str) -> bool:
+        marked = text.startswith(approximately)
+        text = text.removeprefix(approximately).replace("−", "-")
+        if "".join(text.split()) in spelled:
+            return True
+        try:
+            percent = text.rstrip().endswith("%")
+            value = parse_answer(text.rstrip().rstrip("%").rstrip("\\") if percent else text)
+            if percent:  # `16.7%` of a box 1/6
+                value, text = value / 100, text.rstrip().rstrip("%").rstrip("\\")
+            if any(math_equal(box, value) for box in parsed()):
+                return True
+            return any(_approximates(text, value, box, marked) for box in parsed())
+        except Exception:
+            return False
+
+    return same

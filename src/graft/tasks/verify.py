@@ -30,24 +30,35 @@ pinned by a test in tests/test_verify.py):
   golds, trailing periods, `\\mathrm{e}`, clock times, sequences with an ellipsis, thin-space
   thousands, `\\varnothing`, `√`, degrees, repeating decimals, AMC choices with their value;
 - the answer must be committed to (`graft.tasks.commitment`): a hedge inside the box, beside it
-  or after it (uncertainty, an unfinished sentence, another box with another value) is
-  `wrong/hedge`; a box taken back by the text after it (called wrong, or another value stated
-  as the answer) is `no_answer/retracted`;
+  or after it (uncertainty, an unfinished sentence, another value offered as possible, another
+  box with another value offered with it) is `wrong/hedge`; a box taken back by the text after it
+  (called wrong, another value stated as the answer or set against it, `let me redo this` left
+  unresolved) is `no_answer/retracted`. An earlier box the response corrected (`wait`, `no`,
+  a draft inside `<think>`, a later "Final Answer") is superseded: the last committed box counts;
+  a list joined by "or" inside one box (`3 \\text{ or } -3`) is a hedge, except against a gold
+  that is the set of those values;
 - with the problem text (`graft.tasks.problem_text`): a box that only copies an expression of
-  the question (`\\frac{12}{18}` for "Simplify $\\frac{12}{18}$") is `no_answer/other`, and a unit
-  other than the one the question asks for is `wrong/unit`;
-- a choice letter gold (`B`) accepts the choice with its value (`\\text{(B) } 12`); a tuple gold
-  accepts named components in any order (`y=4, x=3`, `(x, y) = (3, 4)`); an equation whose left
-  side is a function of symbols (`f(x) = 2x+1`) is its right side;
-- a decimal gold of three or more significant digits is taken as rounded: an exact answer that
-  rounds to it is right (`\\frac{1}{360000}` for `2.7778e-6`: a relative difference up to half a
-  unit in the gold's last digit, 5 * 10^-digits); a decimal answer must carry more digits than
-  a gold of four or more;
+  the question (`\\frac{12}{18}` for "Simplify $\\frac{12}{18}$"), or, when the question asks to
+  evaluate or simplify, leaves work undone that the gold does not (`\\sqrt{25 \\cdot 2}`,
+  `\\log_2 64`, an unreduced fraction: `graft.tasks.unevaluated`) is `no_answer/other`; a unit
+  other than the one the question asks for is `wrong/unit`; a choice whose value is not that
+  option's value in the question (`\\text{(B) } 14` where (B) is 12) is wrong;
+- a choice letter gold (`B`) accepts the choice with its value (`\\text{(B) } 12`,
+  `12 \\text{ (B)}`, `B: 12`) and the bare value of that option; a tuple gold accepts named
+  components in any order (`y=4, x=3`, `(x, y) = (3, 4)`); an equation whose left side is a
+  function of symbols (`f(x) = 2x+1`) or the quantity the question asks for (`a + b = 7` for
+  "Find $a + b$") is its right side;
+- a decimal gold of three or more significant digits is taken as rounded: an exact answer, or
+  a decimal one with more digits, that rounds to it is right (`\\frac{1}{360000}` for
+  `2.7778e-6`: a relative difference up to half a unit in the gold's last digit,
+  5 * 10^-digits); a decimal answer of three or more digits but fewer than the gold's is right
+  when the gold rounds to it (`6.67 \\times 10^{-11}` for `6.674e-11`);
 - units are split off by `forms.split_unit` (only unit words, never a letter of the expression;
   math-verify's own unit stripping is off, as it reads `\\frac{1}{m} t` as `\\frac{1}{m}`); two
-  different units are `wrong/unit`;
+  different units are `wrong/unit`; against a gold that is a number, a one-letter unit written
+  against its value (`0.02m`) is a unit too;
 - structure counts: a set never equals a tuple or an interval, and an equation answer counts only
-  when its left side is a variable (`8 = 7` is `wrong/equation` for 7).
+  when its left side is a variable or the asked quantity (`8 = 7` is `wrong/equation` for 7).
 
 `verify_math_answer_line` (config `verify.extract: answer_line`) also reads responses without a
 box, from an "answer is X" / "Answer: X" last line (`graft.tasks.answer.answer_line`).
@@ -57,27 +68,35 @@ metrics.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.metadata
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from functools import cache
 from typing import Any
 
 from graft.tasks import forms
 from graft.tasks.answer import answer_line, final_boxes, final_number, offers_alternatives
-from graft.tasks.commitment import commitment
+from graft.tasks.choices import judge_choice, judge_or_list
+from graft.tasks.commitment import APPROXIMATELY, commitment
 from graft.tasks.math_values import (
+    _is_number,
     _math,
     joint_answer,
     math_equal,
     parse_answer,
     rounds_to_gold,
+    same_as,
+    same_value,
     unit_of,
 )
-from graft.tasks.problem_text import asked_units, restates_problem
+from graft.tasks.problem_text import (
+    asked_units,
+    asks_for,
+    asks_to_evaluate,
+    restates_problem,
+)
+from graft.tasks.unevaluated import leftover_work
 from graft.types import VERDICT_CATEGORIES, Verdict
 
 Verifier = Callable[..., Verdict]
@@ -126,7 +145,7 @@ def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str, problem: str) 
     m = _math()
     if isinstance(pred, s.Basic) and m.grader.is_equation(pred) and not m.grader.is_equation(gold):
         lhs = m.grader.take_last_relation(pred).lhs
-        if not _names_a_quantity(lhs):
+        if not _names_a_quantity(lhs) and not asks_for(box.split("=")[0], problem):
             return "equation"  # `8 = 7` does not say the asked quantity is 7
     unit = unit_of(box)
     wanted = [gold_unit] if gold_unit else asked_units(problem)
@@ -149,6 +168,8 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str
     if not all(boxes):
         return Verdict("no_answer", "empty")
     if len(boxes) == 1:
+        if _is_number(gold_expr):
+            boxes = (forms.unit_letter(boxes[0]),)  # `0.02m` for 0.02: m is a unit
         special = _one_box_special(gold_expr, boxes[0], gold, problem)
         if special is not None:
             return special
@@ -162,8 +183,14 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str
         flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], unit_of(gold), problem)
         if flaw:
             return Verdict("wrong", _clip(f"{flaw}: {boxes[0]}"))
-        right = math_equal(gold_expr, parsed[0]) or rounds_to_gold(gold, gold_expr, parsed[0])
-        return Verdict("correct" if right else "wrong", _clip(boxes[0]))
+        answer = boxes[0]
+        right = math_equal(gold_expr, parsed[0]) or rounds_to_gold(
+            gold, gold_expr, parsed[0], answer
+        )
+        undone = _left_undone(answer, gold, problem) if right else ""
+        if undone:
+            return Verdict("no_answer", _clip(f"{_UNEVALUATED}({undone}): {answer}"))
+        return Verdict("correct" if right else "wrong", _clip(answer))
     detail = _clip(_SEVERAL_BOXES + " | ".join(boxes))
     pair = joint_answer(gold_expr, parsed)
     if pair is None:
@@ -175,12 +202,13 @@ def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdi
     """A hedge inside the box, a copy of the problem, a choice letter, or named components;
     None when the box is none of these."""
     if offers_alternatives(box):  # in words, parseable or not
-        return Verdict("wrong", _clip(f"hedge: {box}"))
-    if restates_problem(box, problem, _same_value):
+        listed = judge_or_list(gold_expr, box)
+        return listed if listed is not None else Verdict("wrong", _clip(f"hedge: {box}"))
+    if restates_problem(box, problem, same_value):
         return Verdict("no_answer", _clip(f"{_RESTATED}{box}"))
-    letter = forms.choice_letter(gold, whole=True)
-    if letter is not None and forms.choice_letter(box) is not None:
-        return Verdict("correct" if forms.choice_letter(box) == letter else "wrong", _clip(box))
+    choice = judge_choice(gold, box, problem)
+    if choice is not None:
+        return choice
     named = forms.named_components(box)
     s = _math().sympy
     if named is None or not isinstance(gold_expr, s.Tuple | s.Interval | s.FiniteSet):
@@ -200,38 +228,17 @@ _RESTATED = "restates the problem: "
 _NO_BOX = "no closed final \\boxed{}"
 
 
-def _same_value(a: str, b: str) -> bool:
-    """Do two pieces of LaTeX have the same value? False when either does not parse."""
-    try:
-        return math_equal(parse_answer(a), parse_answer(b))
-    except Exception:
-        return False
+_UNEVALUATED = "unevaluated "
 
 
-def _same_as(boxes: tuple[str, ...]) -> Callable[[str], bool]:
-    """Does a value written in the response equal one of the final boxes? (by value when both
-    parse, by spelling otherwise; the boxes are parsed on the first value that needs them)"""
-    spelled = {"".join(b.split()) for b in boxes}
-
-    @cache
-    def parsed() -> list[Any]:
-        out = []
-        for box in boxes:
-            with contextlib.suppress(Exception):
-                out.append(parse_answer(box))
-        return out
-
-    @cache
-    def same(text: str) -> bool:
-        if "".join(text.split()) in spelled:
-            return True
-        try:
-            value = parse_answer(text.replace("−", "-"))
-            return any(math_equal(box, value) for box in parsed())
-        except Exception:
-            return False
-
-    return same
+def _left_undone(box: str, gold: str, problem: str) -> str:
+    """The work a right box leaves undone that its gold does not (`\\sqrt{25 \\cdot 2}` for
+    "Simplify", `\\frac{10}{12}` for "in lowest terms"), when the question asks to evaluate or
+    simplify; "" otherwise."""
+    if not asks_to_evaluate(problem):
+        return ""
+    undone = leftover_work(forms.rewrite(box)) - leftover_work(forms.rewrite(gold))
+    return ", ".join(sorted(undone))
 
 
 def _verify_math(response: str, gold: str, problem: str, *, extract: str) -> Verdict:
@@ -250,7 +257,7 @@ def _verify_math(response: str, gold: str, problem: str, *, extract: str) -> Ver
                 return Verdict("no_answer", _NO_BOX + " and no answer line")
             boxes = (line,)
         elif boxes is not None:
-            taken_back = commitment(response, _same_as(boxes))
+            taken_back = commitment(response, same_as(boxes, APPROXIMATELY))
             if taken_back.kind == "retracted":
                 return Verdict("no_answer", _clip(f"retracted: {taken_back.why}"))
             if taken_back.kind == "hedge":
@@ -372,7 +379,7 @@ VERIFIERS: dict[str, Verifier] = {
     "code_unsafe_local": verify_code_unsafe_local,
 }
 _VERSIONS = {
-    "math": "graft-strict-3",
+    "math": "graft-strict-4",
     "final_number": "1",
     "code": "graft-sandbox-1",
     "code_unsafe_local": "graft-unsafe-local-1",
@@ -420,7 +427,7 @@ def resolve_verifier(name: str) -> Verifier:
 
 
 def verifier_version(name: str) -> str:
-    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-3"."""
+    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-4"."""
     if name == "math":
         return f"math-verify=={importlib.metadata.version('math-verify')};{_VERSIONS[name]}"
     if name in VERIFIERS:
