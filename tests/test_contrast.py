@@ -47,7 +47,16 @@ def test_keep_leaves_the_batch_as_it_is_and_drop_removes_exactly_the_flat_groups
     assert kept == tuple(batch) and state.metrics() == {"contrast/fill_frac": 3 / 5}
     state, kept = start(batch, Budget(mode="drop", want=5))
     assert kept == (MIXED, PEER, SGT)
-    assert state.metrics() == {"contrast/fill_frac": 3 / 5, "contrast/dropped_groups": 2.0}
+    assert state.metrics() == {
+        "contrast/fill_frac": 3 / 5,
+        "contrast/dropped_groups": 2.0,
+        "contrast/refused_groups": 0.0,
+    }
+    # A prompt the exchange selected and refused every peer response of left the batch: dropped.
+    state, kept = start(batch[1:], Budget(mode="drop", want=5), refused=1)
+    assert kept == (MIXED, PEER, SGT)
+    assert state.metrics()["contrast/dropped_groups"] == 2.0
+    assert state.metrics()["contrast/refused_groups"] == 1.0
     with pytest.raises(ValueError, match="unknown zero_contrast mode 'dynamic'"):
         start(batch, Budget(mode="dynamic", want=5))
 
@@ -122,6 +131,7 @@ def test_resample_fills_the_batch_in_the_expected_rounds():
     assert counts["a"] == {
         "contrast/fill_frac": 1.0,
         "contrast/dropped_groups": 5.0,
+        "contrast/refused_groups": 0.0,
         "contrast/extra_rounds": 2.0,
         "contrast/extra_responses": 10.0,
     }
