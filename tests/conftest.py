@@ -9,7 +9,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault(
     "GRAFT_CACHE", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "graft")
 )
-torch.set_num_threads(2)
+# Two threads on the 2-core machine; one per worker when `make test` runs two workers (-n 2).
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
 def random_llama(*, vocab: int = 32, layers: int = 2):
@@ -82,3 +83,15 @@ def standin(monkeypatch, tmp_path):
     monkeypatch.setenv(vllm_engine.STARTUP_LOCK_ENV, str(tmp_path / "startup.lock"))
     monkeypatch.setenv("TRITON_F32_DEFAULT", "")  # restored after the test; unset during it
     monkeypatch.delenv("TRITON_F32_DEFAULT")
+
+
+ONE_AT_A_TIME = {"test_backends.py", "test_verify_ray.py"}
+"""Files whose tests start a Ray cluster: under `pytest -n 2` (make test) they, and every other
+test that names Ray, form one xdist group and run one after the other on one worker, so that two
+clusters never start together and contend for the same ports and cores."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in ONE_AT_A_TIME or "ray" in item.name.lower():
+            item.add_marker(pytest.mark.xdist_group("one_at_a_time"))
