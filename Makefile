@@ -3,15 +3,22 @@
 # would pull a multi-GB CUDA build):
 #   make demo       - set up .venv with what graft itself needs (constraints.txt: the tested newest
 #                     versions) and run the main job on the CPU
-#   make test       - set up .venv with the dev extras too and run the test suite on both cores
+#   make test       - set up .venv with the dev, trackers and docs extras (and .venv-min beside it),
+#                     build the docs strict (`make docs`), run the test suite on both cores
 #                     (pytest-xdist; slow tests excluded, see `make test-slow`), then
-#                     `make test-trackers`, then `make test-min-smoke`
+#                     `make test-min-smoke`
+#   make test-slow  - the slow tests alone (long end-to-end runs: the demo, the wheel, LoRA, Ray
+#                     against the local backends, the golden variants, sharded runs), on both cores
 #   make test-trackers - add the experiment trackers (the `trackers` extra: TensorBoard, W&B,
 #                     MLflow, trackio) to .venv and run the tests that log to each of them
 #   make test-min   - set up .venv-min with the lowest versions pyproject.toml allows
 #                     (constraints-min.txt; torch stays 2.13.0) and run the same fast suite there
 #   make test-min-smoke - the version-sensitive tests alone in .venv-min (model building and
 #                     tokenizers, adapters, GGUF, the store): a few minutes
+#   make docs       - add the `docs` extra (MkDocs, Material, mkdocstrings) to .venv, check that the
+#                     generated reference pages are up to date and build the documentation site
+#                     into site/ in strict mode (docs/contributing.md); installs Chromium, for the
+#                     docs' browser test, where it is missing and the system can install it
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,13 +26,15 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STAMP_BASE := $(VENV)/.installed-base
 STAMP_TRACKERS := $(VENV)/.installed-trackers
+STAMP_DOCS := $(VENV)/.installed-docs
+STAMP_TEST := $(VENV)/.installed-test
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed
 # The packages whose installed versions `make test-min` prints before it runs the suite.
 KEY_PACKAGES := torch|transformers|tokenizers|safetensors|huggingface.hub|math.verify|pyarrow|numpy|tqdm|matplotlib|pyyaml|pytest|pytest.timeout|ruff|gguf|ray|datasets|peft
 
-.PHONY: demo test test-trackers test-slow test-all test-min test-min-smoke lint format clean setup
+.PHONY: demo test test-trackers test-slow test-all test-min test-min-smoke docs chromium lint format clean setup
 
 # Both cores: tests/conftest.py puts the tests that start processes of their own in one group.
 XDIST := -n 2 --dist loadgroup
@@ -52,6 +61,19 @@ $(STAMP_TRACKERS): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,trackers]"
 	touch $(STAMP_TRACKERS)
 
+# The documentation site's generator on top of graft itself.
+$(STAMP_DOCS): $(STAMP_BASE)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[docs]"
+	touch $(STAMP_DOCS)
+
+# Everything `make test` uses, in one install: graft with the dev extras, the trackers and the
+# docs generator (each stamp above is then up to date).
+$(STAMP_TEST): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,trackers,docs]"
+	touch $(STAMP_BASE) $(STAMP) $(STAMP_TRACKERS) $(STAMP_DOCS) $(STAMP_TEST)
+
 $(STAMP_MIN): pyproject.toml constraints-min.txt
 	test -x $(PY_MIN) || $(PYTHON) -m venv $(VENV_MIN)
 	$(PY_MIN) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
@@ -61,16 +83,38 @@ $(STAMP_MIN): pyproject.toml constraints-min.txt
 demo: $(STAMP_BASE)
 	$(VENV)/bin/graft demo
 
-test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not gpu and not trackers" $(XDIST) -q
-	$(MAKE) --no-print-directory test-trackers
+# The two environments and Chromium are set up side by side (each install is mostly one core's
+# unpacking), then the docs are built strict, then the suite (trackers included) runs on both cores,
+# then the lowest-versions smoke.
+test:
+	$(MAKE) --no-print-directory -j3 $(STAMP_TEST) $(STAMP_MIN) chromium
+	$(MAKE) --no-print-directory docs
+	$(PY) -m pytest -m "not slow and not gpu" $(XDIST) -q
 	$(MAKE) --no-print-directory test-min-smoke
+
+# External links are not checked (the build runs offline); everything inside the site is.
+docs: $(STAMP_DOCS)
+	@$(MAKE) --no-print-directory chromium
+	$(PY) scripts/gen_docs.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# A browser for tests/test_docs_site.py; never fatal: without one that test skips and says why.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+	  || command -v google-chrome >/dev/null \
+	  || { command -v apt-get >/dev/null && export DEBIAN_FRONTEND=noninteractive \
+	       && { apt-get install -y -qq chromium >/dev/null 2>&1 \
+	            || { apt-get update -qq >/dev/null 2>&1 \
+	                 && apt-get install -y -qq chromium >/dev/null 2>&1; }; } \
+	       && echo "installed chromium (for the docs' browser test)"; } \
+	  || echo "chromium is not installed and could not be installed here;" \
+	          "the docs' browser test will skip"
 
 test-trackers: $(STAMP_TRACKERS)
 	$(PY) -m pytest -m "trackers and not slow and not gpu" -q
 
-test-slow: $(STAMP)
-	$(PY) -m pytest -m "slow and not gpu" -q
+test-slow: $(STAMP_TEST)
+	$(PY) -m pytest -m "slow and not gpu" $(XDIST) -q
 
 test-all: $(STAMP_TRACKERS)
 	$(PY) -m pytest -m "not gpu" -q
@@ -92,4 +136,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) .cache .pytest_cache runs
+	rm -rf $(VENV) $(VENV_MIN) .cache .pytest_cache runs site

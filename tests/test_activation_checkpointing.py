@@ -59,6 +59,7 @@ RUN = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("shards", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_run_with_it_trains_as_without_it(tmp_path, shards):

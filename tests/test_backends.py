@@ -53,6 +53,7 @@ def _same_run(a, b):
         assert all(torch.allclose(wa[k], wb[k], atol=1e-6, rtol=0) for k in wa)
 
 
+@pytest.mark.slow
 def test_ray_and_local_backends_give_the_same_numbers(tmp_path):
     ray = pytest.importorskip("ray")
     local, remote = tmp_path / "local", tmp_path / "ray"
@@ -116,6 +117,7 @@ def _kill_a_worker_then_resume(tmp_path, backend, extra_env=None):
     assert steps == list(range(1, 7)) and len(done) >= 2
 
 
+@pytest.mark.slow
 def test_a_dead_worker_process_names_the_policy_and_resume_continues(tmp_path):
     _kill_a_worker_then_resume(tmp_path, "processes")
 
@@ -126,6 +128,7 @@ def test_a_dead_ray_actor_names_the_policy_and_resume_continues(tmp_path):
     _kill_a_worker_then_resume(tmp_path, "ray")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["processes", "ray"])
 def test_the_driver_takes_each_policys_rollouts_as_they_arrive(backend):
     """`then` runs on the policy that finished first while the other still samples; the answers

@@ -240,7 +240,7 @@ def test_the_resample_forecast_matches_what_settle_does():
     assert statistics.fmean(f == 1.0 for f in fills) == pytest.approx(need["full"], abs=0.03)
 
 
-@pytest.mark.parametrize("mode", ["drop", "resample"])
+@pytest.mark.parametrize("mode", ["drop", pytest.param("resample", marks=pytest.mark.slow)])
 def test_every_prompt_sampled_is_kept_or_dropped_in_a_graft_run(tmp_path, mode):
     """A GRAFT run whose floor refuses most peer responses (delta 0.97), so the gate selects
     prompts whose peer group admits nothing and which leave the batch: per policy and step,

@@ -20,6 +20,7 @@ def _png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)  # 2-3 minutes on an idle 2-core machine; a loaded one needs more
 def test_demo_quick_writes_intervals_curves_and_regimes_and_reuses_finished_runs(tmp_path, capsys):
     out = tmp_path / "demo"
@@ -85,6 +86,7 @@ def test_demo_quick_writes_intervals_curves_and_regimes_and_reuses_finished_runs
     assert again["regimes"] == results["regimes"]
 
 
+@pytest.mark.slow
 def test_sft_then_grpo_in_the_baselines_design_fine_tunes_each_model_on_its_peer(tmp_path):
     """The baselines study's "SFT on the peer, then GRPO": after the seed's GRPO run, each model's
     `graft sft` reads the OTHER model's rollouts in that run's store (here replaced by correct
@@ -214,6 +216,7 @@ def test_the_code_study_runs_its_design_on_the_code_pair():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_the_code_study_records_its_answer_and_the_main_job_opens_with_it(tmp_path):
     """A miniature code study (quick models, three seeds, GRPO and GRAFT) through run_demo: its

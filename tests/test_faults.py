@@ -356,6 +356,7 @@ def signal_when_ready(command: list[str], ready: Path, sig: int) -> tuple[subpro
     return proc, err
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_step_stops_in_one_line_and_resumes_exactly(runs, tmp_path, capsys):
     """SIGINT to `graft train` in the middle of step 3: exit 130, one line saying where the run
     stands, the checkpoint of step 2 intact; the resume ends with the uninterrupted run's

@@ -10,7 +10,7 @@ and trained in float32), so every machine starts from the same weights. Before a
 - tolerant, anywhere else: batch composition and counts exactly, floats to a stated tolerance.
 
 Re-record (only for a change that is meant to alter behaviour, and say so in its commit):
-    GRAFT_GOLDEN_RECORD=1 .venv/bin/python -m pytest tests/test_golden.py -m "not slow"
+    GRAFT_GOLDEN_RECORD=1 .venv/bin/python -m pytest tests/test_golden.py -k "not planted"
 """
 
 from __future__ import annotations
@@ -176,7 +176,15 @@ def _compare(name: str, got: dict, mode: str) -> None:
     assert not diff, f"{name} ({mode} mode): " + "; ".join(diff[:8])
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+# The paper's path, its small in-process twin (the plants' target) and the floor guard run with
+# every `make test`; the ablations and baselines with `make test-slow`.
+FAST_VARIANTS = ("paper", "small", "floor")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [v if v in FAST_VARIANTS else pytest.param(v, marks=pytest.mark.slow) for v in VARIANTS],
+)
 def test_golden_run(variant, golden_mode, tmp_path):
     got = run_recorded(_config(variant, tmp_path / variant), tmp_path / variant)
     if variant == "paper":  # the record must show the exchange at work, or it guards little
@@ -188,6 +196,7 @@ def test_golden_run(variant, golden_mode, tmp_path):
     _compare(variant, got, golden_mode)
 
 
+@pytest.mark.slow
 def test_golden_stored_peer(golden_mode, tmp_path):
     """Stored-peer GRAFT from the trajectories of a short co-training run."""
     source = tmp_path / "source"
@@ -208,6 +217,7 @@ def test_golden_stored_peer(golden_mode, tmp_path):
     _compare("stored_peer", got, golden_mode)
 
 
+@pytest.mark.slow
 def test_golden_tolerant_where_floats_differ(golden_mode):
     """Another machine's floats, emulated here (no vector kernels in torch, MKL in its compatible
     mode): the fingerprint tells them apart before training, and the tolerant mode passes."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 CHECKS = [
@@ -32,6 +34,7 @@ def _run(*args: str, out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_every_check_on_the_cpu_and_writes_its_summary(tmp_path):
     done = _run("--quick", out=tmp_path)
     lines = [x for x in done.stdout.splitlines() if x.startswith("gpu_check: ")]

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -12,6 +13,7 @@ from graft.rundir import read_metrics
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo_tiny.yaml"
 
 
+@pytest.mark.slow
 def test_grpo_raises_held_out_accuracy_and_changes_every_tensor(tmp_path):
     run_dir = tmp_path / "grpo"
     code = main(

@@ -77,6 +77,7 @@ def _read_back(data: bytes, original: pa.Table) -> str:
         return "error"
 
 
+@pytest.mark.slow
 def test_every_bit_flip_in_a_shard_is_caught(run, tmp_path, capsys):
     uri = tmp_path / "store"
     shutil.copytree(run / "trajectories", uri)

@@ -137,6 +137,7 @@ def code_config(tmp_path, model: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @needs_sandbox
 @pytest.mark.timeout(600)
 def test_train_eval_and_probe_run_on_code(tmp_path):

@@ -59,6 +59,7 @@ def _same_tensors(a: Path, b: Path, *, exact: bool) -> None:
             assert torch.allclose(wa[k], wb[k], atol=1e-6, rtol=0), k
 
 
+@pytest.mark.slow
 def test_lora_grpo_raises_accuracy_trains_only_the_adapter_and_exports_a_merged_model(tmp_path):
     run = tmp_path / "lora"
     _train(GRPO, run, *QUIET, "run.steps=40", "eval.every=40", *LORA)
@@ -139,6 +140,7 @@ def test_lora_grpo_raises_accuracy_trains_only_the_adapter_and_exports_a_merged_
     assert max(diffs) < 1e-5, max(diffs)
 
 
+@pytest.mark.slow
 def test_lora_resume_is_exact(tmp_path):
     sets = [*SMALL, *LORA, "models.0.lora.dropout=0.1", "run.save_every=2"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -169,6 +171,7 @@ def _graft_lora_full(out: Path, backend: str) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["processes", "ray"])
 def test_a_lora_peer_and_a_full_peer_match_between_inprocess_and_other_backends(tmp_path, backend):
     if backend == "ray":
@@ -348,6 +351,7 @@ def test_lora_keys_set_while_r_is_zero_end_in_one_line(setting, key):
         load_config(Config, str(GRPO), ["models.0.lora.r=4", "models.0.lora.target_modules=(q"])
 
 
+@pytest.mark.slow
 def test_a_run_from_an_adapter_matches_a_single_longer_runs_first_steps(tmp_path, capsys):
     """models.N.adapter: the run trains on from the adapter's weights, with its settings."""
     sets = [*SMALL, "run.save_every=1", "run.keep_checkpoints=5"]

@@ -203,6 +203,7 @@ def test_scratchpad_noise_corrupts_only_the_result() -> None:
             assert response.startswith(stem)
 
 
+@pytest.mark.slow
 def test_pretrain_lowers_loss_and_is_deterministic() -> None:
     spec = small_spec(pretrain_steps=30, batch_size=16)
     fingerprints, losses = [], []
@@ -354,6 +355,7 @@ def test_directory_without_model(cache: Path, tmp_path: Path) -> None:
         load_model_and_tokenizer(ModelConfig(path=str(text_file)))
 
 
+@pytest.mark.slow
 def test_bad_tokenizer_source(cache: Path, tmp_path: Path) -> None:
     path = build_tiny(small_spec(seed=14), cache_dir=cache)
     with pytest.raises(ModelLoadError, match=r"model\.tokenizer: .*'/no/tok'"):

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -25,6 +26,7 @@ def _run(out: Path, *extra: str) -> None:
     assert main(args) == 0
 
 
+@pytest.mark.slow
 def test_zero_advantage_skip_length_sort_prompt_sharing_and_dedup_change_no_result(tmp_path):
     _run(tmp_path / "fast")
     _run(

@@ -131,6 +131,7 @@ def test_gguf_loading_refuses_transformers_below_5_18_in_one_line(tmp_path, monk
         load_model_and_tokenizer(ModelConfig(path=str(gguf)), key="models.0")
 
 
+@pytest.mark.slow
 def test_a_wheel_from_a_clean_clone_installs_and_runs_the_quick_demo(tmp_path):
     """The committed code, cloned afresh, builds a wheel that installs into a new virtual
     environment (graft from the wheel alone; its dependencies are this environment's, reached

@@ -118,6 +118,7 @@ def test_verdicts_for_little_to_do_and_a_starved_gate():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_probes_first_step_is_the_runs_first_step(tmp_path):
     """graft probe on graft_tiny.yaml and the GRAFT run of the same config: step 1's rewards and

@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from graft.cli import main
@@ -38,6 +39,7 @@ def _counts(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not is_timing(k)} for r in read_metrics(run)]
 
 
+@pytest.mark.slow
 def test_a_resampling_run_killed_mid_step_resumes_bit_exactly(tiny_paths, tmp_path):
     """kill -9 while a run with `zero_contrast.mode=resample` samples step 3's extra prompts, then
     `--resume`: the weights, every count (extra rounds and responses, dropped groups, tokens,

@@ -88,6 +88,7 @@ def _relative(a: dict, b: dict) -> float:
     return max(((a[k] - b[k]).norm() / b[k].norm()).item() for k in b)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_checkpoint_saved_before_the_first_step_resumes_at_another_k_as_at_its_own(tmp_path):
     """A checkpoint saved before AdamW's first step (a cold start whose groups all lacked
@@ -126,6 +127,7 @@ def test_a_checkpoint_saved_before_the_first_step_resumes_at_another_k_as_at_its
     assert loaded == 0  # there was no state to load
 
 
+# The two tests below share one started backend: under `pytest -n 2` they run on one worker.
 @pytest.fixture(scope="module")
 def sharded_backend(tmp_path_factory):
     """grpo_tiny's policy over 2 CPU ranks in the worker-process backend, with a micro-batch (64)
@@ -155,6 +157,7 @@ def sharded_backend(tmp_path_factory):
     backend.close()
 
 
+@pytest.mark.xdist_group("sharded_backend")
 def test_graft_starts_cpu_ranks_with_glibcs_mmap_threshold_unless_one_is_set(
     sharded_backend, monkeypatch
 ):
@@ -181,6 +184,7 @@ def test_graft_starts_cpu_ranks_with_glibcs_mmap_threshold_unless_one_is_set(
     assert "GRAFT_TEST_ONLY" not in os.environ
 
 
+@pytest.mark.xdist_group("sharded_backend")
 def test_ranks_left_idle_by_the_micro_batch_size_are_warned_about_once(sharded_backend):
     """Two updates whose one micro-batch leaves rank 1 idle: shard/idle_rank_frac says so at
     each, and one line (not one per update) names the policy and a micro-batch size that keeps

@@ -11,6 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+# Whole sharded runs, a few per test: `make test-slow` (tests/test_shards.py keeps the fast checks).
+pytestmark = pytest.mark.slow
+
 RUN = [
     "run.steps=3",
     "run.save_every=1",

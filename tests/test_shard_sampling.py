@@ -68,6 +68,7 @@ def test_a_rows_samples_depend_on_its_seed_not_on_the_batch_around_it(unsharded)
     assert _worst([c.logprobs for r in again for c in r.completions_G], logp) <= LOGP_ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("shards", [2, 4])
 def test_every_rank_samples_and_scores_as_the_unsharded_policy(unsharded, shards):

@@ -177,6 +177,7 @@ def _overflow_rank(rank: int, world: int, init: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_float16_ranks_skip_an_overflowed_step_together(tmp_path):
     """An overflow that only rank 1's shard holds makes every rank skip that step and halve its
@@ -294,6 +295,7 @@ def _build_rank(rank: int, world: int, init: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_rank_builds_only_its_shards_from_the_config(tmp_path):
     """build_sharded on 2 ranks: each holds half the parameters (never the whole model: they

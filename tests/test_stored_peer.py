@@ -149,6 +149,7 @@ def test_records_without_logprobs_need_a_receiver_only_weight(tmp_path, llama_gr
     )
 
 
+@pytest.mark.slow
 def test_stored_mode_reproduces_the_online_direction(tmp_path):
     """With an online run's own store, stored mode selects the same prompts, gives the same
     weights, and (one direction, no balancing) trains the receiver to the same weights."""

@@ -2,7 +2,8 @@
 replaced by a stand-in that serves small local Parquet files holding each hub dataset's real
 columns and value types (AMC answers are floats, AIME answers strings like "025", Minerva golds
 in e-notation and NumPy syntax). Also: pinned revisions, the task's column settings for local
-files, one-line hub errors, and the README's `graft eval ... --suite paper` run to the end."""
+files, one-line hub errors, and the evaluation guide's `graft eval ... --suite paper` run to the
+end."""
 
 from __future__ import annotations
 
@@ -221,7 +222,7 @@ def test_local_file_suites_use_the_task_columns(tmp_path):
 
 
 def _stand_in_model(tmp_path: Path) -> Path:
-    """A tiny model in a folder named like the README's, with a chat template."""
+    """A tiny model in a folder named like the evaluation guide's, with a chat template."""
     from graft.models.tiny import build_tiny
 
     model_dir = tmp_path / "HuggingFaceTB" / "SmolLM2-135M-Instruct"
@@ -279,11 +280,13 @@ def test_every_pin_is_a_full_commit_hash_and_a_short_one_is_refused():
         HubBenchmark("math-ai/amc23", "test", "question", "answer", "80815d3")
 
 
-def test_the_readmes_suite_table_matches_the_stand_ins():
-    """README's table: each suite's dataset, the start of its pinned hash, and its stand-in's
-    gold count (test_readme_paper_command_runs_to_the_end checks that none is refused)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_the_evaluation_guides_suite_table_matches_the_stand_ins():
+    """docs/guides/evaluation.md's table: each suite's dataset, the start of its pinned hash, and
+    its stand-in's gold count (test_readme_paper_command_runs_to_the_end checks that none is
+    refused)."""
+    guide = Path(__file__).resolve().parents[1] / "docs" / "guides" / "evaluation.md"
+    text = guide.read_text()
     for name, bench in BENCHMARKS.items():
         rows = len(HUB[bench.dataset]["rows"])
         row = f"| `{name}` | `{bench.dataset}` @ `{bench.revision[:8]}` | 0 of {rows} |"
-        assert row in readme, row
+        assert row in text, row

@@ -31,6 +31,7 @@ def _items() -> list[tuple[str, str, str]]:
     return items
 
 
+@pytest.mark.slow
 def test_the_ray_pool_gives_the_local_pools_verdicts_and_kills_a_hang():
     ray = pytest.importorskip("ray")
     from graft.tasks.pool_ray import RayVerifierPool

@@ -215,6 +215,7 @@ def test_update_then_sync_then_cache_reset_then_sample(standin, tiny_paths):
     assert llm.calls[3:] == ["wake_up:kv_cache", "generate", "sleep:1"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_sharded_policy_feeds_its_engine_from_the_shards(standin, tiny_paths):
     """`shards: 2` with vLLM: rank 0's engine samples. After an update the engine is loaded from
@@ -253,6 +254,7 @@ def test_a_sharded_policy_feeds_its_engine_from_the_shards(standin, tiny_paths):
         policy.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_sharded_policy_gathers_for_its_engine_in_the_compute_dtype(standin, tiny_paths):
     """bfloat16 compute: every part the engine is fed is bfloat16 and no larger than a layer (or

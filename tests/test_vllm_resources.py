@@ -200,6 +200,7 @@ def _start_engine(path: str, barrier, lock: bool) -> None:
     "lock",
     [pytest.param(True, id="locked"), pytest.param(False, marks=pytest.mark.slow, id="unlocked")],
 )
+@pytest.mark.slow
 def test_engine_start_ups_in_two_processes_do_not_overlap(monkeypatch, tmp_path, tiny_paths, lock):
     """Two worker processes build engines at the same moment; each start-up (LLM construction,
     1 s here, to the first sleep) runs alone. Without the lock (the control) they overlap."""

@@ -70,8 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--workers",
         type=int,
         default=os.cpu_count() or 1,
-        help="verifier processes working in parallel (default: this machine's cores, "
-        f"{os.cpu_count() or 1})",
+        help="verifier processes working in parallel (default: as many as this machine has cores)",
     )
     audit.add_argument(
         "--timeout-s",

@@ -11,7 +11,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     config = sub.add_parser("config", help="print the resolved config, or document every key")
     config.add_argument("config", nargs="?", help="YAML config file")
     config.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    config.add_argument("--docs", action="store_true", help="list every key with type and default")
+    config.add_argument(
+        "--docs",
+        action="store_true",
+        help="list every key with its type, default, accepted values and meaning",
+    )
     config.add_argument(
         "--example",
         nargs="?",
@@ -26,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from graft.config import Config, to_dict
-    from graft.config.lib import describe
+    from graft.config.reference import key_docs
 
     if args.example is not None:
         from graft.configs import example_names, example_text
@@ -36,10 +40,13 @@ def run(args: argparse.Namespace) -> int:
             print()
         return 0
     if args.docs:
-        for key, tp, default, doc in describe(Config):
-            print(f"{key}  ({tp}, default {default})" if default else f"{key}  ({tp})")
-            if doc:
-                print(f"    {doc}")
+        for row in key_docs(Config):
+            default = f", default {row.default}" if row.default else ""
+            print(f"{row.key}  ({row.type}{default})")
+            if row.doc:
+                print(f"    {row.doc}")
+            if row.accepts:
+                print(f"    accepts: {row.accepts}")
         return 0
     cfg = load(args.config, args.overrides)
     print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")

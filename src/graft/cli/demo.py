@@ -36,10 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         const="graft",
         default="",
         choices=("graft", "baselines", "code"),
-        help="a pre-registered study (docs/evidence.md), 5 seeds, both regimes, hours on 2 cores, "
-        "resumable: `graft` (the default) GRAFT, its variants and the paper's ablations against "
-        "GRPO; `baselines` GRAFT against GRPO with 2x samples, GRPO + dynamic sampling and SFT "
-        "on the peer's answers then GRPO, at equal steps and at equal generated tokens; `code` "
+        help="a pre-registered study (docs/evidence.md), 5 seeds, both regimes, resumable, about "
+        "50 minutes (`baselines`) to hours (`code`) of runs on 2 cores: `graft` (the default) "
+        "GRAFT, its variants and the paper's ablations against GRPO; `baselines` GRAFT against "
+        "GRPO with 2x samples, GRPO + dynamic sampling and SFT on the peer's answers then GRPO, "
+        "at equal steps and at equal generated tokens; `code` "
         "the code pair (list / sum reducers, programs run in the sandbox): GRAFT against GRPO, "
         "GRPO + dynamic sampling and SFT on the peer's programs then GRPO, at equal steps and "
         "at equal FLOPs",
