@@ -1,5 +1,5 @@
-"""Slow: the default demo (one seed, the latent regime, GRPO and GRAFT) runs end to end on its
-tiny pair, and the exchange is active in both directions (the gate finds candidates and the
+"""Slow: the default demo (one seed, the code pair, GRPO and GRAFT) runs end to end on its tiny
+pair, and the exchange is active in both directions (the gate finds candidates and the
 paper's weight admits peer responses each way).
 
 One seed makes no claim about learning: whether GRAFT beats GRPO is the study's question
@@ -13,15 +13,15 @@ from graft.evidence.demo_report import run_demo
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # the whole default demo: two 300-step builds and two runs
-def test_default_demo_exchanges_both_ways_in_the_latent_regime(tmp_path):
+@pytest.mark.timeout(1800)  # the whole default demo: two 400-step builds and two runs
+def test_default_demo_exchanges_both_ways_on_the_code_pair(tmp_path):
     results = run_demo(tmp_path, DemoSettings.make())
-    latent = results["regimes"]["latent"]["compare"]["policies"]
+    code = results["regimes"]["code"]["compare"]["policies"]
     for receiver, source in (("llama", "qwen"), ("qwen", "llama")):
-        report = latent[receiver]["methods"]["GRAFT (paper weight)"]["regime"][
+        report = code[receiver]["methods"]["GRAFT (paper weight)"]["regime"][
             f"{source}->{receiver}"
         ]
         assert report["candidates"] > 0 and report["sent_correct"] > 0, report
         assert report["admitted_correct_share"] > 0, report
-    assert set(results["regimes"]) == {"latent"}
-    assert set(latent["llama"]["methods"]) == {"GRPO", "GRAFT (paper weight)"}
+    assert set(results["regimes"]) == {"code"}
+    assert set(code["llama"]["methods"]) == {"GRPO", "GRAFT (paper weight)"}
