@@ -147,3 +147,27 @@ def test_lists_are_written_as_python_markdown_reads_them():
     assert docs_hooks.sane_lists(text) == (
         "Para:\n\n- a\n    - b\n    more\n- c\n\nText\n```\n- code\n  - kept\n```\n"
     )
+
+
+def test_every_benchmarks_section_names_the_commit_its_numbers_come_from():
+    """BENCHMARKS.md: each `## ` section names at least one commit, and every commit it names is
+    in this repository's history (where the whole history is here: a full clone, not a shallow
+    one or an unpacked wheel)."""
+    import subprocess
+
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    assert len(sections) > 10
+    named = re.compile(r"\b(?:commit|commits|at|from)\s+`?([0-9a-f]{7,40})\b")
+    history = (ROOT / ".git").exists() and subprocess.run(
+        ["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip() == "false"  # a shallow clone lacks the older commits
+    for section in sections:
+        title = section.split("\n", 1)[0]
+        commits = set(named.findall(section))
+        assert commits, f"BENCHMARKS.md, '{title}': names no commit"
+        for commit in sorted(commits) if history else ():
+            found = subprocess.run(
+                ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True
+            )
+            assert found.returncode == 0, f"BENCHMARKS.md, '{title}': {commit} is not a commit"
