@@ -44,40 +44,42 @@ MIN_SMOKE := tests/test_models.py tests/test_lora.py tests/test_gguf.py tests/te
 
 setup: $(STAMP)
 
+# `$(call new_venv,DIR)`: DIR's virtual environment, created where missing, with a current pip.
+new_venv = test -x $(1)/bin/python || $(PYTHON) -m venv $(1); \
+	$(1)/bin/python -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
+PIP_INSTALL = -m pip install --quiet
+
 # graft and its own dependencies: all `make demo` needs.
 $(STAMP_BASE): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
-	$(PY) -m pip install --quiet -c constraints.txt -e .
+	$(call new_venv,$(VENV))
+	$(PY) $(PIP_INSTALL) -c constraints.txt -e .
 	touch $(STAMP_BASE)
 
 # The dev extras on top (pytest, ruff, and the optional integrations the tests exercise).
 $(STAMP): $(STAMP_BASE)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 # The experiment trackers on top: their install is the heaviest, so they have their own target.
 $(STAMP_TRACKERS): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,trackers]"
+	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[dev,trackers]"
 	touch $(STAMP_TRACKERS)
 
 # The documentation site's generator on top of graft itself.
 $(STAMP_DOCS): $(STAMP_BASE)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[docs]"
+	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[docs]"
 	touch $(STAMP_DOCS)
 
 # Everything `make test` uses, in one install: graft with the dev extras, the trackers and the
 # docs generator (each stamp above is then up to date).
 $(STAMP_TEST): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,trackers,docs]"
+	$(call new_venv,$(VENV))
+	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[dev,trackers,docs]"
 	touch $(STAMP_BASE) $(STAMP) $(STAMP_TRACKERS) $(STAMP_DOCS) $(STAMP_TEST)
 
 $(STAMP_MIN): pyproject.toml constraints-min.txt
-	test -x $(PY_MIN) || $(PYTHON) -m venv $(VENV_MIN)
-	$(PY_MIN) -m pip install --quiet --upgrade "pip>=24" "setuptools>=77" wheel
-	$(PY_MIN) -m pip install --quiet -c constraints-min.txt -e ".[dev]"
+	$(call new_venv,$(VENV_MIN))
+	$(PY_MIN) $(PIP_INSTALL) -c constraints-min.txt -e ".[dev]"
 	touch $(STAMP_MIN)
 
 demo: $(STAMP_BASE)

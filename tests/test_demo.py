@@ -14,6 +14,15 @@ from graft.rundir import read_metrics
 LABELS = [ALL_METHODS[k].label for k in MAIN_METHODS]
 
 
+def _miniature(s, **changes):
+    """A design cut to seconds: 2 steps of 2 prompts x 4 responses, avg@1, the quick presets."""
+    import dataclasses
+
+    presets = {r: {m: f"{p}-quick" for m, p in ps.items()} for r, ps in s.presets.items()}
+    small = dict(steps=2, prompts_per_step=2, group_size=4, eval_samples=1, presets=presets)
+    return dataclasses.replace(s, **{**small, **changes})
+
+
 def _png_size(path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
@@ -223,7 +232,6 @@ def test_the_code_study_records_its_answer_and_the_main_job_opens_with_it(tmp_pa
     recorded.json holds exactly the study's primary cells for GRAFT minus GRPO on each stuck
     skill, and the main job's results.md opens with them, naming the commit, before the run's
     own anecdote; without a recorded answer it says there is none."""
-    import dataclasses
 
     from graft.evidence import recorded
     from graft.evidence.demo import DemoSettings
@@ -231,19 +239,13 @@ def test_the_code_study_records_its_answer_and_the_main_job_opens_with_it(tmp_pa
     from graft.evidence.demo_text import markdown
     from graft.evidence.endpoints import final_point
 
-    s = DemoSettings.make(study="code")
-    s = dataclasses.replace(
-        s,
-        steps=2,
+    s = _miniature(
+        DemoSettings.make(study="code"),
         eval_every=1,
-        prompts_per_step=2,
-        group_size=4,
         eval_problems=6,
-        eval_samples=1,
         seeds=(0, 1, 2),
         methods=("grpo", "graft"),
         parallel=False,
-        presets={r: {m: f"{p}-quick" for m, p in ps.items()} for r, ps in s.presets.items()},
     )
     results = run_demo(tmp_path / "study", s)
     answer = json.loads((tmp_path / "study" / "recorded.json").read_text())
@@ -275,7 +277,10 @@ def test_the_code_study_records_its_answer_and_the_main_job_opens_with_it(tmp_pa
     lines = recorded.answer_lines(recorded.load("code_study", shelf))
     text = markdown(main_job)
     assert text.startswith("# graft demo: GRAFT on two models that write code")
-    assert "**The answer is not recorded yet.**" in text.split("**This run**")[0]
+    packaged = recorded.load("code_study")  # the study, recorded at this version
+    assert packaged is not None and packaged["seeds"] == [10, 11, 12, 13, 14]
+    assert "\n".join(recorded.answer_lines(packaged)) in text.split("**This run**")[0]
+    assert recorded.answer_lines(None)[0].startswith("**The answer is not recorded yet.**")
     opening = "\n".join(lines)
     assert f"run at commit {answer['commit']}" in opening
     assert "llama `sum`, step 2:" in opening and "inside the noise" in opening
@@ -283,3 +288,34 @@ def test_the_code_study_records_its_answer_and_the_main_job_opens_with_it(tmp_pa
     (tmp_path / "code_study.json").write_text("{}")
     with pytest.raises(Exception, match="not a recorded study answer"):
         recorded.load("code_study", tmp_path)
+
+
+@pytest.mark.timeout(900)
+def test_side_by_side_runs_give_the_numbers_of_runs_one_after_the_other(tmp_path, capsys):
+    """The default demo runs GRPO and GRAFT at once, a `graft train` process each: every metric
+    but the timings equals the same design run one after the other in this process, and the
+    side-by-side bar counted the steps of both runs."""
+    import dataclasses
+
+    from graft.evidence.demo import DemoSettings, run_configs
+    from graft.evidence.demo_report import run_all
+    from graft.rundir import is_timing
+
+    s = DemoSettings.make()
+    assert s.side_by_side and s.methods == ("grpo", "graft")
+    s = _miniature(s, eval_every=2, eval_problems=4)
+    spent = run_all(s, tmp_path / "both")
+    assert list(spent) == ["code seed 0: GRPO and GRAFT (paper weight) side by side"]
+    assert "4/4" in capsys.readouterr().err  # the bar: 2 steps of each run
+    run_all(dataclasses.replace(s, side_by_side=False, parallel=False), tmp_path / "one")
+    for key in s.methods:
+        (both,) = run_configs(s, tmp_path / "both", "code", 0)[key]
+        (one,) = run_configs(s, tmp_path / "one", "code", 0)[key]
+        assert both.run.backend == one.run.backend == "inprocess"
+        got, want = read_metrics(Path(both.run.out_dir)), read_metrics(Path(one.run.out_dir))
+        assert len(got) == len(want) == 3  # step 0's evaluation, then 2 steps
+        for g, w in zip(got, want, strict=True):
+            drop = {k for k in {*g, *w} if is_timing(k)}
+            assert {k: v for k, v in g.items() if k not in drop} == {
+                k: v for k, v in w.items() if k not in drop
+            }

@@ -8,14 +8,18 @@ One seed makes no claim about learning: whether GRAFT beats GRPO is the study's 
 
 import pytest
 
+from graft.evidence import recorded
 from graft.evidence.demo import DemoSettings
 from graft.evidence.demo_report import run_demo
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # the whole default demo: two 400-step builds and two runs
+@pytest.mark.timeout(1800)  # the whole default demo: about 3 minutes on 2 idle cores
 def test_default_demo_exchanges_both_ways_on_the_code_pair(tmp_path):
     results = run_demo(tmp_path, DemoSettings.make())
+    answer = recorded.load("code_study")
+    opening = (tmp_path / "results.md").read_text().split("**This run**")[0]
+    assert answer is not None and f"run at commit {answer['commit']}" in opening
     code = results["regimes"]["code"]["compare"]["policies"]
     for receiver, source in (("llama", "qwen"), ("qwen", "llama")):
         report = code[receiver]["methods"]["GRAFT (paper weight)"]["regime"][

@@ -177,6 +177,14 @@ def test_a_wheel_from_a_clean_clone_installs_and_runs_the_quick_demo(tmp_path):
     (Path(purelib.strip()) / "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     where = run(py, "-c", "import graft; print(graft.__file__)", cwd=tmp_path).stdout
     assert where.startswith(str(venv)), where  # the wheel's graft, not this checkout's
+    ships = (
+        "from graft.models.tiny_shipped import SHIPPED_DIR, verified_files;"
+        "d = [p for p in SHIPPED_DIR.iterdir() if p.is_dir()];"
+        "print(len(d), all(verified_files(p) for p in d))"
+    )
+    from graft.models.tiny_shipped import SHIPPED_PRESETS
+
+    assert run(py, "-c", ships, cwd=tmp_path).stdout.split() == [str(len(SHIPPED_PRESETS)), "True"]
     graft = venv / "bin" / "graft"
     names = run(graft, "config", "--example", cwd=tmp_path).stdout.split()
     assert {"graft_tiny", "grpo_tiny", "sft_tiny"} <= set(names)

@@ -12,17 +12,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "demo",
         help="GRPO vs GRAFT on two tiny heterogeneous models that write code, on the CPU",
-        description="Builds (or reuses) two tiny models that differ in architecture and tokenizer "
-        "(a Llama with a character tokenizer, a Qwen2 with a BPE), each pre-trained almost only "
-        "on one skill of a code task (one-line Python functions: the `list` and the `sum` "
-        "reducer), so each fails whole groups on the other's; trains them with GRPO and with "
-        "GRAFT (the paper's weight) from the same seed and per-model budget, every program run "
-        "in the sandbox; evaluates held-out pass@1 per skill; and writes results.md, which opens "
-        "with the answer of the pre-registered code-pair study (docs/evidence.md) as recorded "
-        "with its commit, then what this run shows (one seed: an anecdote), results.json and "
-        "curves.png (a row per model). The default is the study reduced to fit minutes; --study "
-        "runs a pre-registered study itself. Finished runs are reused, so an interrupted demo or "
-        "study resumes. --quick checks the pipeline on the multiplication pair.",
+        description="Takes two tiny models that differ in architecture and tokenizer (a Llama "
+        "with a character tokenizer, a Qwen2 with a BPE; they ship pre-trained, and are built "
+        "from their specs where torch or transformers differ from the pinned versions), each "
+        "pre-trained almost only on one skill of a code task (one-line Python functions: the "
+        "`list` and the `sum` reducer), so each fails whole groups on the other's; trains them "
+        "with GRPO and with GRAFT (the paper's weight) from the same seed and per-model budget, "
+        "side by side, every program run in the sandbox; evaluates held-out pass@1 per skill; "
+        "and writes results.md, which opens with the answer of the pre-registered code-pair "
+        "study (docs/evidence.md) as recorded with its commit, then what this run shows (one "
+        "seed: an anecdote), results.json and curves.png (a row per model). The default is the "
+        "study reduced to fit minutes; --study runs a pre-registered study itself. Finished runs "
+        "are reused, so an interrupted demo or study resumes. --quick checks the pipeline on the "
+        "multiplication pair.",
     )
     demo.add_argument("--out", default="runs/demo", help="output directory (default: runs/demo)")
     demo.add_argument(

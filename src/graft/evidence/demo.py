@@ -120,6 +120,10 @@ class DemoSettings:
     parallel: bool = True
     """Two policies in parallel worker processes and the two stored-peer receivers side by side;
     False: everything one after the other in this process (same results, less start-up)."""
+    side_by_side: bool = False
+    """The plain runs of a seed (GRPO, GRAFT) at once, as `graft train` processes that each train
+    both policies in-process on one core (same results: the backends agree bit for bit). One
+    run's sampling and training then fill the time the other spends verifying."""
     mode: str = "default"
     presets: dict[str, dict[str, str]] = field(default_factory=lambda: dict(REGIMES))
     pair: str = "mul"
@@ -179,6 +183,7 @@ class DemoSettings:
                 eval_samples=2,
                 methods=("grpo", "graft"),
                 seeds=(0,),
+                side_by_side=True,
             )
         s = replace(s, methods=(*s.methods, *extra))
         return replace(s, seeds=tuple(range(seeds))) if seeds else s
@@ -236,7 +241,7 @@ def _overrides(s: DemoSettings, out: Path, seed: int) -> list[str]:
         "eval.temperature=1.0",
         "verify.workers=1",
         # One after the other, one thread each: two threads per process thrash a loaded machine.
-        *(() if s.parallel else ("run.backend=inprocess", "run.threads=1")),
+        *(() if s.parallel and not s.side_by_side else ("run.backend=inprocess", "run.threads=1")),
         *s.extra,
     ]
 
@@ -374,8 +379,25 @@ def run_inprocess(cfg: Config, train: Callable[[Config], object]) -> None:
     mark_done(cfg, time.perf_counter() - start)
 
 
-def run_parallel(cfgs: list[Config], log_dir: Path) -> None:
-    """Run single-policy configs side by side as `graft train` processes (one core each)."""
+def steps_done(cfg: Config) -> int:
+    """The last training step in a running run's metrics.jsonl (0 before the first)."""
+    try:
+        lines = (Path(cfg.run.out_dir) / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line still being written
+    return 0
+
+
+def run_parallel(
+    cfgs: list[Config], log_dir: Path, progress: Callable[[int], object] | None = None
+) -> None:
+    """Run configs side by side as `graft train` processes (one core each); `progress` is told
+    the steps done so far, summed over the runs, about once a second."""
     procs = []
     start = time.perf_counter()
     for c in cfgs:
@@ -386,6 +408,9 @@ def run_parallel(cfgs: list[Config], log_dir: Path) -> None:
         log = open(log_dir / f"{Path(c.run.out_dir).name}.log", "w")  # noqa: SIM115
         cmd = [sys.executable, "-m", "graft.cli", "train", str(path)]
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log, path))
+    while progress is not None and any(proc.poll() is None for proc, _, _ in procs):
+        progress(sum(steps_done(c) for c in cfgs))
+        time.sleep(1.0)
     failed = []
     for proc, log, path in procs:
         proc.wait()
@@ -393,7 +418,7 @@ def run_parallel(cfgs: list[Config], log_dir: Path) -> None:
         if proc.returncode != 0:
             failed.append(f"{path} (see {log.name})")
     if failed:
-        raise RuntimeError("stored-peer runs failed: " + ", ".join(failed))
+        raise RuntimeError("runs failed: " + ", ".join(failed))
     for c in cfgs:
         mark_done(c, time.perf_counter() - start)
 

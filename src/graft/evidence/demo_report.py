@@ -120,7 +120,7 @@ def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
     from graft.trainer import train
 
     jobs = _pending(s, out)
-    spent: dict[str, float] = {}
+    spent: dict[str, float] = run_side_by_side(s, out, jobs) if s.side_by_side else {}
     bar = tqdm(total=len(jobs), desc=f"demo runs ({s.mode})", dynamic_ncols=True)
     with bar:
         for regime, seed, key, cfgs in jobs:
@@ -141,6 +141,34 @@ def run_all(s: DemoSettings, out: Path) -> dict[str, float]:
                         run_inprocess(cfg, sft if cfg.sft.store else train)
             spent[name] = time.perf_counter() - start
             bar.update(1)
+    return spent
+
+
+def run_side_by_side(
+    s: DemoSettings, out: Path, jobs: list[tuple[str, int, str, list]]
+) -> dict[str, float]:
+    """Each seed's unfinished plain runs (no SFT phase, no stored peer) at once, one process and
+    one core each, with a bar of their steps; the seconds spent per group."""
+    from tqdm.auto import tqdm
+
+    groups: dict[tuple[str, int], list[tuple[str, Config]]] = {}
+    for regime, seed, key, cfgs in jobs:
+        plain = not (ALL_METHODS[key].stored or ALL_METHODS[key].sft)
+        if plain and not is_done(cfgs[0]):
+            groups.setdefault((regime, seed), []).append((ALL_METHODS[key].label, cfgs[0]))
+    spent = {}
+    for (regime, seed), runs in groups.items():
+        name = f"{regime} seed {seed}: {' and '.join(label for label, _ in runs)} side by side"
+        total = sum(c.run.steps for _, c in runs)
+        start = time.perf_counter()
+        with tqdm(total=total, desc=name, unit="step", dynamic_ncols=True) as bar:
+            run_parallel(
+                [c for _, c in runs],
+                out / regime / f"seed_{seed}",
+                progress=lambda n, bar=bar: bar.update(n - bar.n),
+            )
+            bar.update(total - bar.n)
+        spent[name] = time.perf_counter() - start
     return spent
 
 

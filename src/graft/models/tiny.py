@@ -47,6 +47,7 @@ from transformers import (
 
 from graft.config import ArithmeticConfig
 from graft.models.common import model_fingerprint, quiet_transformers
+from graft.models.tiny_shipped import copy_shipped, shipped_entry
 from graft.models.tiny_specs import MUL_SKILLS, TINY_PRESETS, TinySpec
 from graft.models.tiny_tokenizers import MAX_POSITIONS, bpe_tokenizer, char_tokenizer
 from graft.tasks.arithmetic import ArithmeticTask, wrong_answer
@@ -329,13 +330,18 @@ def _build_into(out: Path, name: str, spec: TinySpec, key: str, progress: bool) 
 
 
 def build_tiny(
-    name_or_spec: str | TinySpec, cache_dir: Path | None = None, progress: bool = False
+    name_or_spec: str | TinySpec,
+    cache_dir: Path | None = None,
+    progress: bool = False,
+    use_shipped: bool = True,
 ) -> Path:
     """Directory of the built model + tokenizer for a preset or spec, building it on first use.
 
     Lives at `<cache_dir>/tiny/<name>-<hash>` (cache_dir defaults to `default_cache_dir()`). Built
     in a temporary sibling directory and renamed into place, under a lock file, so concurrent
-    callers never see a half-written entry and the entry is built once.
+    callers never see a half-written entry and the entry is built once. Where the package ships
+    that very entry (graft.models.tiny_shipped: same spec, same library versions), its verified
+    files are copied instead of pre-training (`use_shipped=False`: pre-train anyway).
     """
     name, spec = resolve_spec(name_or_spec)
     key = spec_hash(spec)
@@ -352,7 +358,9 @@ def build_tiny(
             shutil.rmtree(final)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
-            _build_into(tmp, name, spec, key, progress)
+            shipped = shipped_entry(final.name) if use_shipped else None
+            if shipped is None or not copy_shipped(shipped, tmp):
+                _build_into(tmp, name, spec, key, progress)
             try:
                 os.rename(tmp, final)
             except OSError:
