@@ -26,6 +26,9 @@ SHIPPED_PRESETS = ("llama-char-code-list", "qwen2-bpe-code-sum")
 """The code pair `make demo` trains (graft.evidence.pairs)."""
 LAST_FILE = "tiny_spec.json"
 """Written last, as in a build: its presence marks a complete cache entry."""
+MACHINE = "machine.json"
+"""Beside an entry's files, not among its checksums and never copied: the recording machine's
+floats (scripts/ship_tiny.py), which a fresh build must share to give the very bytes."""
 
 log = logging.getLogger(__name__)
 
