@@ -8,6 +8,8 @@ and trained in float32), so every machine starts from the same weights. Before a
 - exact, on a machine whose floats are the recording machine's (tests/golden/MACHINE.json: CPU
   kind, torch, and a fingerprint of the kernels training uses): to the bit;
 - tolerant, anywhere else: batch composition and counts exactly, floats to a stated tolerance.
+The records were taken with AVX2 kernels; on a CPU with wider vectors, `ATEN_CPU_CAPABILITY=avx2`
+in the environment computes their floats and runs the exact mode.
 
 Re-record (only for a change that is meant to alter behaviour, and say so in its commit):
     GRAFT_GOLDEN_RECORD=1 .venv/bin/python -m pytest tests/test_golden.py -k "not planted"
