@@ -143,9 +143,7 @@ def test_a_fresh_build_gives_the_shipped_bytes(tmp_path: Path) -> None:
     may differ, and the pair built there must behave as the shipped one: the same per-skill
     accuracy and all-fail shares, within BEHAVIOUR_TOLERANCE, on the demo's complementarity
     check."""
-    entries = [
-        shipped.SHIPPED_DIR / p.name for p in sorted(shipped.SHIPPED_DIR.iterdir()) if p.is_dir()
-    ]
+    entries = [p for p in sorted(shipped.SHIPPED_DIR.iterdir()) if p.is_dir()]
     env = dict(os.environ)
     recorded = _recorded_machine(entries[0]) or {}
     if recorded.get("cpu"):

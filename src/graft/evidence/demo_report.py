@@ -8,7 +8,6 @@ candidates and how much the weight admits), the same code as `graft compare`.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -42,11 +41,11 @@ the compute axis of each (docs/evidence.md)."""
 
 
 def complementarity(
-    s: DemoSettings, paths: dict[str, str], *, n: int = 8, workers: int | None = None
+    s: DemoSettings, paths: dict[str, str], *, n: int = 8, workers: int = 2
 ) -> dict[str, Any]:
     """Per-skill accuracy and all-fail rate of each model, and on each model's all-fail prompts
     the share where the other model's group of n is mixed (paper: 47.9% / 18.7%). The programs
-    are checked by `workers` verifier processes (default: up to two, as generation is done)."""
+    are checked by `workers` verifier processes, once generation is done."""
     from graft.backends.inprocess import InProcessBackend
     from graft.tasks.pool import VerifierPool
     from graft.tasks.scoring import verify_rollouts
@@ -71,7 +70,7 @@ def complementarity(
         rollouts = backend.generate(
             problems, n=n, params=SamplingParams(s.max_new_tokens), seeds={m: 99 for m in MODELS}
         )
-        with VerifierPool(workers=workers or min(2, os.cpu_count() or 1)) as pool:
+        with VerifierPool(workers=workers) as pool:
             counts = {
                 m: [
                     sum(v.correct for v in vs)
