@@ -102,7 +102,7 @@ def test_nothing_a_program_leaves_reaches_the_next_program():
 def test_a_sandbox_that_cannot_start_is_the_status_error_not_an_exception(monkeypatch):
     import graft.sandbox.warm as warm
 
-    monkeypatch.setattr(warm, "ISOLATE", ["false"])
+    monkeypatch.setattr(warm, "ZYGOTE", ROOT / "no-such-zygote.py")
     outcome = run_sandboxed({"m.py": b"print(1)"}, ["python", "m.py"], limits=Limits(warm=False))
     assert outcome.status == "error" and "did not start" in outcome.detail, outcome
 
@@ -261,12 +261,21 @@ def test_graft_code_doctor_prints_the_tier_and_every_limit_with_its_status():
     tier = find_placement().tier
     assert done.returncode == 0 and lines[0] == f"sandbox tier: {tier}", done.stdout
     rows = [x for x in lines if "  enforced  " in x or "  weaker  " in x]
-    assert len(rows) == 11 and "a real program: ok, printed '42'" in lines[-1]
-    if tier in ("cgroup_v1", "cgroup_v2"):  # this machine's: every limit enforced
+    assert len(rows) == 19 and "a real program: ok, printed '42'" in lines[-1]
+    if tier in ("cgroup_v1", "cgroup_v2") and os.geteuid() == 0:  # this machine's: all enforced
         assert all("  enforced  " in x for x in rows), done.stdout
+    row = {x.split("  ")[1].strip(): x for x in rows}
+    if os.geteuid() == 0:
+        assert "2000000000: its own, not root, not the init's" in row["program's host uid"]
+    assert "mounted ro," in row["/proc"] and "to write: E" in row["/proc"]
     weaker = _doctor(GRAFT_SANDBOX_TIER="namespaces")
     assert weaker.stdout.startswith("sandbox tier: namespaces (weaker)")
-    assert sum("  weaker  " in x for x in weaker.stdout.splitlines()) == 2
+    weaker_rows = [x for x in weaker.stdout.splitlines() if "  weaker  " in x]
+    assert [x.split("  ")[1].strip() for x in weaker_rows] == [
+        "memory, all processes together",
+        "processes",
+        "memory returned",
+    ]
     bad = _doctor(GRAFT_SANDBOX_TIER="cgroup_v3")
     assert bad.returncode == 1 and bad.stdout.strip() == (
         "sandbox: cannot isolate programs here: GRAFT_SANDBOX_TIER=cgroup_v3: "
@@ -294,3 +303,121 @@ def test_a_reply_larger_than_a_pipe_reaches_the_checker_whole():
                        "tests": ["assert f(200000) == 'x' * 200000"]})  # fmt: skip
     verdict = verify_code("```python\ndef f(n):\n    return 'x' * n\n```", gold)
     assert verdict.correct, verdict
+
+
+# ------------------------------------------------------------------------ the programs' identity
+
+
+def test_the_programs_ids_by_where_graft_runs():
+    """Root of the host: programs get a uid of their own; not root: the trainer's (weaker, and
+    said); root of a user namespace mapped to an unprivileged id: that id; root of one that maps
+    only the host's root: refused, as is a bad GRAFT_SANDBOX_UID."""
+    from graft.sandbox.identity import PROGRAM_ID, choose
+
+    host = "0 0 4294967295\n"
+    ident = choose(0, 0, True, host, host)
+    assert (ident.host_uid, ident.program_id, ident.why_shared) == (2_000_000_000, PROGRAM_ID, "")
+    assert ident.uid_map == f"0 0 1\n{PROGRAM_ID} 2000000000 1\n" and not ident.deny_setgroups
+    assert choose(0, 0, True, host, host, named="123456").host_uid == 123456
+    user = choose(1000, 1000, False, host, host)
+    assert (user.host_uid, user.program_id, user.uid_map) == (1000, 0, "0 1000 1\n")
+    assert user.deny_setgroups and "not root" in user.why_shared
+    remapped = choose(0, 0, True, "0 100000 65536\n", "0 100000 65536\n")
+    assert remapped.program_id == 0 and "GRAFT_SANDBOX_UID" in remapped.why_shared
+    assert choose(0, 0, True, "0 100000 65536\n", "0 100000 65536\n", "40000").program_id
+    with pytest.raises(ValueError, match="would run as root of the host"):
+        choose(0, 0, True, "0 0 1\n", "0 0 1\n")  # `unshare -r` run by root
+    for bad in ("0", "-5", "x", "4294967295"):
+        with pytest.raises(ValueError, match="GRAFT_SANDBOX_UID"):
+            choose(0, 0, True, host, host, named=bad)
+
+
+@needs_sandbox
+def test_a_sandbox_with_one_id_runs_programs_as_root_of_their_own_namespace_only(monkeypatch):
+    """Where only one id can be mapped (graft not root), a program is root of a user namespace
+    of its own: /proc stays read-only and the filter on."""
+    import graft.sandbox.warm as warm
+    from graft.sandbox.identity import Identity
+
+    uid, gid = os.geteuid(), os.getegid()
+    single = Identity(uid, gid, 0, f"0 {uid} 1\n", f"0 {gid} 1\n", True, "one id")
+    monkeypatch.setattr(warm.identity, "identity", lambda: single)
+    look = (
+        "import os\n"
+        "try:\n    open('/proc/sys/vm/swappiness', 'r+')\n"
+        "except OSError as e:\n    print(e.errno)\n"
+        "print(open('/proc/self/uid_map').read().split())\n"
+        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('Seccomp:')])\n"
+    )
+    outcome = run_sandboxed({"m.py": look.encode()}, ["python", "m.py"],
+                            limits=Limits(warm=False))  # fmt: skip
+    import errno
+
+    assert outcome.status == "ok", outcome
+    assert outcome.stdout.decode().splitlines() == [str(errno.EROFS), str(["0", "0", "1"]), "['2']"]
+
+
+@needs_sandbox
+def test_without_libseccomp_the_doctor_names_the_filter_weaker(monkeypatch):
+    """No filter where libseccomp is missing: the sandbox still runs (its namespaces are the
+    first wall), and the doctor says which defence is weaker and why, from what a program saw."""
+    import graft.sandbox.doctor as doctor
+    import graft.sandbox.warm as warm
+    from graft.sandbox.seccomp import Filter
+
+    missing = Filter(problem="libseccomp is not installed (Debian and Ubuntu: apt install ...)")
+    monkeypatch.setattr(warm.seccomp, "compiled", lambda: missing)
+    monkeypatch.setattr(doctor, "compiled", lambda: missing)
+    warm.ZYGOTES.close()  # the next sandbox starts without the filter
+    try:
+        rows = {r["limit"]: r for r in doctor.report()["limits"]}
+    finally:
+        warm.ZYGOTES.close()
+    assert rows["seccomp filter"]["status"] == "weaker"
+    assert rows["seccomp filter"]["how"] == f"none: {missing.problem}"
+    assert rows["/proc"]["status"] == "enforced"
+
+
+@needs_sandbox
+def test_an_init_whose_limits_were_changed_is_replaced():
+    """Its limits changed from outside between two programs (no program can: they run under
+    another uid, and prlimit on another process is filtered), the init says so after the next
+    program, and graft starts a new sandbox rather than keep it."""
+    import resource
+
+    import graft.sandbox.warm as warm
+
+    assert run_sandboxed({"m.py": b"print(1)"}, ["python", "m.py"]).status == "ok"
+    zygote = warm.ZYGOTES.idle[-1]
+    (init,) = (int(c) for t in Path(f"/proc/{zygote.proc.pid}/task").iterdir()
+               for c in (t / "children").read_text().split())  # fmt: skip
+    resource.prlimit(init, resource.RLIMIT_NOFILE, (200, 200))
+    before = warm.RETIRED["changed"]
+    first = run_sandboxed({"m.py": b"print(2)"}, ["python", "m.py"])
+    assert (first.status, first.stdout) == ("ok", b"2\n")
+    assert warm.RETIRED["changed"] == before + 1 and zygote not in warm.ZYGOTES.idle
+    assert not zygote.alive()
+    second = run_sandboxed({"m.py": b"print(3)"}, ["python", "m.py"])
+    assert (second.status, second.stdout) == ("ok", b"3\n")
+
+
+def test_a_group_that_keeps_memory_after_its_program_is_not_kept():
+    """Memory a program left charged (as memfds in flight once did) is waited for, with the
+    kernel asked to collect and reclaim; what stays past the allowance retires the sandbox."""
+    import graft.sandbox.warm as warm
+
+    class Group:
+        def __init__(self, left: list[int]) -> None:
+            self.left, self.reclaimed = left, 0
+
+        def memory_used(self) -> int:
+            return self.left.pop(0) if len(self.left) > 1 else self.left[0]
+
+        def reclaim(self) -> None:
+            self.reclaimed += 1
+
+    settles = Group([100 << 20, 50 << 20, 1 << 20])
+    assert warm.memory_left(settles) == 0 and settles.reclaimed == 1
+    stays = Group([120 << 20])
+    assert warm.memory_left(stays) == (120 << 20) - warm.SETTLED_BYTES
+    assert warm.memory_left(Group([1 << 20])) == 0

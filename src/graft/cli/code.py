@@ -82,12 +82,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     audit.set_defaults(handler=run_audit)
     doctor = inner.add_parser(
         "doctor",
-        help="the sandbox's isolation tier here, and each limit with whether it is enforced",
+        help="the sandbox's isolation tier here, and each limit and defence: enforced or weaker",
         description="Prints the isolation tier code programs get on this machine (cgroup_v2, "
-        "cgroup_v1, or namespaces with a watch, which is weaker), each limit with whether and "
-        "how it is enforced, and one real program's result. GRAFT_SANDBOX_TIER caps the tier; "
-        "GRAFT_SANDBOX_CGROUP names a delegated cgroup v2 directory. Exits 1 where programs "
-        "cannot be isolated, with what is missing and how to get it.",
+        "cgroup_v1, or namespaces with a watch, which is weaker), then each limit and each "
+        "defence (the programs' host uid, /proc's mode, their own namespaces and keyring, the "
+        "seccomp filter, capabilities, the init's limits, where results come from, memory "
+        "returned) as enforced or weaker, with how or why, read off what a real program sees "
+        "where it can be, and one real program's result. GRAFT_SANDBOX_TIER caps the tier; "
+        "GRAFT_SANDBOX_CGROUP names a delegated cgroup v2 directory; GRAFT_SANDBOX_UID the "
+        "programs' host uid where graft runs as root. Exits 1 where programs cannot be "
+        "isolated, with what is missing and how to get it.",
     )
     doctor.add_argument("--json", action="store_true", help="the report as JSON")
     doctor.set_defaults(handler=run_doctor)

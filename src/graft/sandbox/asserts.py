@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from graft.sandbox.calls import candidate_sandbox
 from graft.sandbox.run import DEFAULT_LIMITS, Limits, Outcome, Sandbox, supervise
 
 HERE = Path(__file__).parent
+CODEC = HERE / "values.py"
 CANDIDATE, CHECKER = 0, 1
 
 
@@ -31,20 +33,12 @@ def run_asserts(
     outcomes and one result per test ({"passed", "error"}), None for a test with no result."""
     spec = {"entry": entry, "setup": setup, "prelude": prelude, "expected": list(expected),
             "tests": tests}  # fmt: skip
-    check = json.dumps(spec).encode()
-    codec = (HERE / "values.py").read_bytes()
-    served = {"solution.py": source.encode(), "server.py": (HERE / "server.py").read_bytes()}
-    checks = {"check.json": check, "checker.py": (HERE / "checker.py").read_bytes()}
-    candidate = Sandbox(
-        {**served, "values.py": codec},
-        ["python", "server.py"],
-        limits,
-        inner_out=(3,),
-        inner_in=(4,),
-    )
+    checks = {"check.json": json.dumps(spec).encode(), "values.py": CODEC.read_bytes(),
+              "checker.py": (HERE / "checker.py").read_bytes()}  # fmt: skip
+    candidate = candidate_sandbox(source, limits)
     try:
         checker = Sandbox(
-            {**checks, "values.py": codec},
+            checks,
             ["python", "checker.py"],
             limits,
             inner_out=(3, 5),

@@ -273,6 +273,18 @@ class Group:
             return float((self.memory / name).read_text())
         return float("nan")
 
+    def memory_used(self) -> int:
+        """Bytes charged to the group now (its processes' and what they left: tmpfs and memfd
+        pages, kernel objects)."""
+        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
+        return int((self.memory / name).read_text())
+
+    def reclaim(self) -> None:
+        """Free what the kernel can take back (caches) from a group with no process in it."""
+        name = "memory.reclaim" if self.v2 else "memory.force_empty"
+        with contextlib.suppress(OSError):  # EAGAIN: less could be taken back than asked
+            (self.memory / name).write_text(str(self.memory_used()) if self.v2 else "0")
+
     def kill_all(self) -> int:
         """SIGKILL every process still in the groups; how many there were."""
         pids = set()

@@ -1,14 +1,19 @@
-"""What the sandbox enforces on this machine: its tier and each limit, with whether and how it
-is enforced (`graft code doctor`, the run metadata of a code run, the line training logs)."""
+"""What the sandbox enforces on this machine: its tier, each limit and each defence, with
+whether and how it is enforced (`graft code doctor`, the run metadata of a code run, the line
+training logs). Where it can, the report reads a defence off what a real program saw."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from typing import Any
 
+from graft.sandbox.identity import identity
 from graft.sandbox.run import DEFAULT_LIMITS, PROBE, Limits, isolation_problem, placement
 from graft.sandbox.run import run_sandboxed as _run
+from graft.sandbox.seccomp import compiled
+from graft.sandbox.warm import SETTLED_BYTES
 
 YES, WEAKER, NO = "enforced", "weaker", "not enforced"
 
@@ -35,27 +40,108 @@ def _tier_rows(tier: str, where: str, limits: Limits) -> list[tuple[str, str, st
     ]  # fmt: skip
 
 
+OBSERVE = b"""\
+import errno, json
+seen = {}
+for line in open("/proc/self/status"):
+    key, _, value = line.partition(":")
+    if key in ("Seccomp", "NoNewPrivs", "CapEff"):
+        seen[key] = value.strip()
+try:
+    open("/proc/sys/kernel/hostname", "r+").close()
+    seen["proc_sys"] = "writable"
+except OSError as exc:
+    seen["proc_sys"] = errno.errorcode.get(exc.errno, str(exc.errno))
+seen["uid_map"] = open("/proc/self/uid_map").read().split()
+for line in open("/proc/self/mountinfo"):
+    fields = line.split()
+    if fields[4] == "/proc":
+        seen["proc_mount"] = fields[5]
+print(json.dumps(seen))
+"""
+"""What a program sees of its own confinement (the doctor's second program): its seccomp mode,
+no_new_privs, capabilities, whether /proc/sys opens for writing, and its user namespace's map."""
+
+
+def _defence_rows(seen: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Each defence a program has against the host and against the programs after it: enforced,
+    or weaker and why; read from what a real program saw (`OBSERVE`) where it can be."""
+    ident, seccomp = identity(), compiled()
+    uid = (
+        "program's host uid",
+        YES,
+        f"{ident.host_uid}: its own, not root, not the init's "
+        f"(root only of a user namespace of its own: inside, {' '.join(seen['uid_map'])})",
+    )
+    if ident.why_shared:
+        uid = (
+            "program's host uid",
+            WEAKER,
+            f"{ident.host_uid}: the trainer's own ({ident.why_shared})",
+        )
+    proc, mount = seen["proc_sys"], seen.get("proc_mount", "?")
+    read_only = proc != "writable" and mount.split(",")[0] == "ro"
+    refused = [*seccomp.refused[:6], "..."]
+    filtered = (
+        (
+            "seccomp filter",
+            YES,
+            f"{len(seccomp.refused)} system calls refused ({', '.join(refused)}), and "
+            f"{'; '.join(seccomp.arguments)}: Docker's default profile as the anchor",
+        )
+        if seen.get("Seccomp") == "2"
+        else ("seccomp filter", WEAKER, f"none: {seccomp.problem or 'not installed'}")
+    )
+    return [
+        uid,
+        ("/proc", YES if read_only else WEAKER,
+         f"mounted {mount}; opening /proc/sys/kernel/hostname to write: {proc}"),
+        ("namespaces per program: user, mount, IPC, UTS, network", YES,
+         "new for every program: what it leaves in System V IPC, message queues, keyrings, "
+         "its host name, sysctls or abstract sockets goes with it"),
+        ("session keyring", YES, "a new, empty one per program; the trainer's out of reach"),
+        filtered,
+        ("capabilities", YES if seen.get("CapEff", "").strip("0") == "" else WEAKER,
+         f"none (CapEff {seen.get('CapEff')}); no_new_privs {seen.get('NoNewPrivs')}"),
+        ("the init's limits", YES, "set per program from graft's request; the init is out of "
+         "the programs' reach, checks its own after each program and is replaced if any moved"),
+        ("results", YES, "from graft only: each call asked and answered in turn, the program "
+         "holds no result channel; assert checks run in a sandbox of their own"),
+    ]  # fmt: skip
+
+
+def _memory_row(tier: str) -> tuple[str, str, str]:
+    if tier == "namespaces":
+        return ("memory returned", WEAKER, "no group to measure what a program leaves charged; "
+                "sockets in flight are collected after each program")  # fmt: skip
+    settled = SETTLED_BYTES >> 20
+    return ("memory returned", YES, f"the group back under {settled} MiB after each program "
+            "(sockets in flight collected, caches reclaimed), else a new sandbox")  # fmt: skip
+
+
 def report(limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """The tier, each limit (name, enforced / weaker / not enforced, how), and one real
-    program's result; `problem` is "" when programs can be isolated here."""
+    """The tier, each limit and defence (name, enforced / weaker / not enforced, how), and one
+    real program's result; `problem` is "" when programs can be isolated here."""
     problem = isolation_problem()
     if problem:
         return {"tier": "none", "problem": problem, "limits": [], "probe": {}}
     place = placement()
     where = ", ".join(str(p) for p in place.parents)
+    seen = json.loads(_run({"observe.py": OBSERVE}, ["python", "observe.py"]).stdout or b"{}")
     rows = [
-        ("namespaces: user, mount, PID, network, IPC, UTS", YES, "unshare"),
+        ("namespaces: user, mount, PID, network, IPC, UTS", YES, "the sandbox's, from its start"),
+        *_defence_rows(seen),
         ("file system", YES, "read-only root; fresh /work, /tmp, /dev/shm per program"),
         ("wall clock", YES, f"{limits.wall_s:g} s a run (graft kills it and all it started)"),
         ("CPU time", YES, f"{limits.cpu_s} s: RLIMIT_CPU"),
         *_tier_rows(place.tier, where, limits),
+        _memory_row(place.tier),
         ("open files", YES, f"{limits.open_files}: RLIMIT_NOFILE"),
         ("file size", YES, f"{limits.file_bytes >> 20} MiB: RLIMIT_FSIZE"),
         ("scratch space", YES, f"{limits.scratch_bytes >> 20} MiB, "
                                f"{limits.scratch_files} files: tmpfs"),
         ("output", YES, f"stdout {limits.stdout_bytes >> 10} KiB, "
                         f"stderr {limits.stderr_bytes >> 10} KiB: counted by graft"),
-        ("capabilities", YES, "all dropped; no new privileges"),
     ]  # fmt: skip
     start = time.perf_counter()
     probe = _run({"probe.py": PROBE}, ["python", "probe.py"], limits=limits)

@@ -1,11 +1,8 @@
-"""The first process inside a sandbox's namespaces (standard library only; run by `run.py` as
-`unshare ... python -I -S inner.py CONFIG`). It is PID 1 of a new PID namespace and root of a new
-user namespace (root of nothing on the host). It builds a root file system that holds only what
-Python needs, read-only, and a size- and file-capped scratch directory; mounts private /tmp,
-/dev/shm, /dev and /proc; enters it with chroot; sets resource limits; drops every capability;
-and execs the candidate. When PID 1 exits, the kernel kills every process left in the
-namespace, detached or not. With `unsafe_local` it only places the pipes, sets the limits and
-execs the candidate in the staged files' directory."""
+"""What the sandbox's own processes do to themselves (standard library only: the zygote imports
+it from beside itself, inside the namespaces, where graft is not importable): mounts, the
+read-only root, per-program namespaces and identity, resource limits, capabilities, a fresh
+session keyring and the seccomp filter. Run as a script (`unsafe_local`), it only places the
+pipes, sets the limits and execs the candidate in the staged files' directory: NO isolation."""
 
 from __future__ import annotations
 
@@ -14,14 +11,26 @@ import fcntl
 import json
 import os
 import resource
-import shutil
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP = 1, 4, 22
+PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 28, 38
+SECCOMP_MODE_FILTER = 2
+SECBIT_ALL_LOCKED = 0x2F  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS, each with its lock
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+PROGRAM_NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
+"""What each program gets new: its own user namespace (nothing of the init's is its own, and
+keyrings start empty), mounts (its scratch), IPC (System V objects, POSIX message queues), UTS
+(its host name) and network (loopback, abstract unix sockets, network sysctls)."""
+KEYCTL_JOIN_SESSION_KEYRING = 1
 DEVICES = ("null", "zero", "urandom", "random")
+SCRATCH = ("/work", "/tmp", "/dev/shm")
+HOSTNAME = b"sandbox"
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -64,39 +73,73 @@ def tmpfs(target: str, size_bytes: int, inodes: int, mode: str = "1777") -> None
     )
 
 
-SCRATCH = ("/work", "/tmp", "/dev/shm")
-MNT_DETACH = 2
-
-
-def scratch_dirs(root: str, size_bytes: int, inodes: int) -> None:
-    """Fresh, empty size- and file-capped /work, /tmp and /dev/shm under `root` (any earlier
-    ones detached first, with whatever a program left in them)."""
+def scratch_dirs(size_bytes: int, inodes: int) -> None:
+    """Fresh, empty size- and file-capped /work, /tmp and /dev/shm (in the program's own mount
+    namespace: they go with it)."""
     for path in SCRATCH:
-        target = root + path
-        if os.path.ismount(target):
-            _check(libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
-        tmpfs(target, size_bytes, inodes)
+        tmpfs(path, size_bytes, inodes)
 
 
-def build_root(cfg: dict) -> str:
+def build_root(cfg: dict) -> None:
+    """Make `cfg["root"]` (a tmpfs holding only what Python needs, read-only, with /proc and
+    empty mount points for the scratch directories) the root of this mount namespace, with
+    nothing of the host's tree left in it (pivot_root, then the old root detached)."""
     root = cfg["root"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host
     tmpfs(root, 8 << 20, 4096, mode="0755")
     for path in cfg["readonly"]:
         if os.path.lexists(path):
             bind_readonly(path, root)
-    scratch_dirs(root, cfg["scratch_bytes"], cfg["scratch_files"])
-    if cfg.get("files"):
-        for name in os.listdir(cfg["files"]):
-            shutil.copyfile(os.path.join(cfg["files"], name), os.path.join(root, "work", name))
-    os.makedirs(root + "/dev", exist_ok=True)
+    for path in SCRATCH:
+        os.makedirs(root + path, exist_ok=True)
     for device in DEVICES:
         open(root + "/dev/" + device, "a").close()
         mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
     os.makedirs(root + "/proc", exist_ok=True)
     mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    mount(None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    return root
+    os.makedirs(root + "/.old", exist_ok=True)
+    _check(libc.syscall(cfg["pivot_root_nr"], root.encode(), (root + "/.old").encode()), "pivot")
+    os.chdir("/")
+    _check(libc.umount2(b"/.old", MNT_DETACH), "umount the old root")
+    os.rmdir("/.old")
+    mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def new_session_keyring(keyctl_nr: int) -> None:
+    """Join a new, empty, anonymous session keyring: nothing of the keyring this process was
+    started with (a login session's tokens) is reachable from here on. Kernels built without
+    keys have no keyring to leave."""
+    if keyctl_nr and libc.syscall(keyctl_nr, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        err = ctypes.get_errno()
+        if err != 38:  # ENOSYS
+            raise OSError(err, f"a new session keyring: {os.strerror(err)}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def enter_own_namespaces(program_id: int) -> None:
+    """Become the program's identity: `program_id` of the init's user namespace (which maps it
+    to an unprivileged host uid; 0 where the init has only one id), then root of a user
+    namespace of its own, mapped to that id alone, with new mount, IPC, UTS and network
+    namespaces, and its own host name."""
+    if program_id:
+        os.setgroups([])
+        os.setresgid(program_id, program_id, program_id)
+        os.setresuid(program_id, program_id, program_id)
+    _check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # its /proc/self files its own
+    _check(libc.unshare(PROGRAM_NAMESPACES), "unshare")
+    _write("/proc/self/uid_map", f"0 {program_id} 1\n")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/gid_map", f"0 {program_id} 1\n")
+    _check(libc.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
+
+
+def proc_read_only() -> None:
+    """/proc, in this mount namespace, read-only: no sysctl, no process attribute is writable."""
+    mount(None, "/proc", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def limit(cfg: dict) -> None:
@@ -117,14 +160,27 @@ class _CapData(ctypes.Structure):
 
 
 def drop_capabilities() -> None:
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    for cap in range(64):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability
+    """No capability now, and none gained by an exec (no_new_privs; root gets none either)."""
+    _check(libc.prctl(PR_SET_SECUREBITS, SECBIT_ALL_LOCKED, 0, 0, 0), "securebits")
     header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     _check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def install_seccomp(bpf: bytes) -> None:
+    """Install a compiled filter (struct sock_filter entries) on this process; after
+    no_new_privs. Empty: none (the doctor names the defence as weaker)."""
+    if bpf:
+        prog = _SockFprog(len(bpf) // 8, bpf)
+        _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
 
 
 def main() -> None:
+    """`unsafe_local`: the pipes at their numbers, the limits, then exec (no isolation)."""
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     # Pipes to the host at the fd numbers the program expects (3: results, 4: requests, ...),
@@ -138,21 +194,10 @@ def main() -> None:
         os.dup2(copy, inner)
         os.set_inheritable(inner, True)
         os.close(copy)
-    if cfg.get("unsafe_local"):  # no namespaces, no new root: the limits only
-        os.chdir(cfg["files"])
-        limit(cfg)
-    else:
-        root = build_root(cfg)
-        os.chroot(root)
-        os.chdir("/work")
-        limit(cfg)
-        drop_capabilities()
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "HOME": "/work",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    os.chdir(cfg["files"])
+    limit(cfg)
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/work",
+           "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
     os.execve(cfg["argv"][0], cfg["argv"], env)
 
 

@@ -5,7 +5,6 @@ namespaces can be made at all."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -84,17 +83,33 @@ def placement() -> Placement:
     return find_placement()
 
 
+_PROBE = (
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "if libc.unshare(int(sys.argv[1])) != 0:\n"
+    "    sys.exit(os.strerror(ctypes.get_errno()))\n"
+)
+"""The isolation check's first step: can this process make the namespaces a sandbox uses?"""
+
+
 def _namespaces_problem() -> str:
-    if shutil.which("unshare") is None:
-        return "the unshare command (util-linux) is missing: install util-linux"
-    probe = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "true"],
-        capture_output=True,
-        text=True,
-    )
+    """Empty when new user, mount, PID, network, IPC and UTS namespaces can be made here (and
+    the programs' identity is valid), else one line saying what is missing and how to get it."""
+    from graft.sandbox.identity import identity
+    from graft.sandbox.inner import CLONE_NEWPID, PROGRAM_NAMESPACES
+    from graft.sandbox.seccomp import syscall_numbers
+
+    try:
+        identity()
+        syscall_numbers()
+    except (ValueError, OSError) as err:
+        return str(err)
+    flags = str(PROGRAM_NAMESPACES | CLONE_NEWPID)
+    exe, _ = _interpreter()
+    probe = subprocess.run([exe, "-I", "-S", "-c", _PROBE, flags], capture_output=True, text=True)
     if probe.returncode != 0:
         return (
-            "user, mount, PID and network namespaces are not available "
+            "user, mount, PID, network, IPC and UTS namespaces are not available "
             f"({probe.stderr.strip()[:120]}): allow unprivileged user namespaces "
             "(sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0) or run "
             "in a container that permits them (Docker: --security-opt seccomp=unconfined, or "

@@ -1,11 +1,13 @@
 """Run an untrusted program in a sandbox, and say why it ended (host side).
 
-The program runs in new user, mount, PID, network, IPC and UTS namespaces (`unshare`), in a
-root file system of read-only system directories and fresh, size- and file-capped scratch
-directories, with no capabilities, no network, no controlling terminal and no view of any host
-process. It runs as a child of a warm sandbox (`zygote.py`, PID 1 of the namespaces, kept by
-this process between programs: `warm.py`), in its own session and process group. Limits and
-who enforces them:
+The program runs in the sandbox's user, mount, PID, network, IPC and UTS namespaces and in
+user, mount, IPC, UTS and network namespaces of its own, under a host uid that is neither root
+nor the sandbox's init's (`identity.py`), in a root file system of read-only system directories
+with /proc read-only and fresh, size- and file-capped scratch directories, with a new session
+keyring, no capabilities, a seccomp filter (`seccomp.py`), no network, no controlling terminal
+and no view of any host process. It runs as a child of a warm sandbox (`zygote.py`, PID 1 of
+the sandbox's namespaces, kept by this process between programs: `warm.py`), in its own session
+and process group. Limits and who enforces them:
 - wall clock: this process tells the zygote to kill the program, and kills the whole
   namespace if it does not answer (`timeout`); when the program ends, every process it left is
   killed, detached or not;
@@ -14,10 +16,10 @@ who enforces them:
   RLIMIT_AS (`cgroups.py`: the tiers); a death by signal is named (`runtime_error`, "killed by
   SIGSEGV");
 - open files: RLIMIT_NOFILE; file size: RLIMIT_FSIZE and the scratch tmpfs; captured output:
-  counted here per stream, the run killed past a cap (`output_limit`): stdout and the result
-  channels `stdout_bytes` each, stderr `stderr_bytes`.
-The verdict never comes from the program's exit status or output markers: results travel on a
-pipe (fd 3 inside) as JSON and are judged by the caller. A sandbox that cannot start is the
+  counted here per stream, the run killed past a cap (`output_limit`): stdout and the other
+  pipes out `stdout_bytes` each, stderr `stderr_bytes`.
+The verdict never comes from the program's exit status or output markers: graft talks to it on
+pipes (`calls.py`, `asserts.py`) and judges what comes back. A sandbox that cannot start is the
 status `error`, with the reason, never an exception. `unsafe_local` runs the program as a plain
 subprocess instead (no isolation).
 """
@@ -34,6 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -267,8 +270,9 @@ class Sandbox:
 
     def stop(self, status: str, detail: str) -> None:
         """End it now (and everything it started), recording why."""
-        if not self.status:
-            self.status, self.detail = status, detail
+        if self.status:
+            return  # stopped already
+        self.status, self.detail = status, detail
         if self.zygote is not None:
             self.zygote.kill()
         elif self.proc is not None:
@@ -318,7 +322,7 @@ class Sandbox:
         usage["leftover_processes"] = float(group.kill_all() if group else 0)
         global PROGRAM_CPU_S
         PROGRAM_CPU_S += usage["cpu_s"]
-        self._release(group)
+        self._release(group, ended.get("retire", ""))
         got = {fd: bytes(v[: self.limits.cap(fd)]) for fd, v in self.received.items()}
         code = ended.get("exit")
         return Outcome(
@@ -326,10 +330,10 @@ class Sandbox:
             usage, {fd: v for fd, v in got.items() if fd > 3},
         )  # fmt: skip
 
-    def _release(self, group: Group | None) -> None:
+    def _release(self, group: Group | None, changed: str) -> None:
         if self.zygote is not None:
             if self.warm:
-                ZYGOTES.give_back(self.zygote)
+                ZYGOTES.give_back(self.zygote, changed)
             else:
                 self.zygote.close()
         elif self.proc is not None:
@@ -360,15 +364,18 @@ class Sandbox:
         return "ok", ""
 
 
+Relay = tuple[int, int] | Callable[[bytes], None]
+
+
 def supervise(
     sandboxes: list[Sandbox],
-    relays: dict[tuple[int, int], tuple[int, int]] | None = None,
+    relays: dict[tuple[int, int], Relay] | None = None,
     *,
     wall_s: float,
 ) -> None:
-    """Read every sandbox's outputs until all close, forwarding whole lines of `relays`
-    ((sandbox index, its out fd) -> (sandbox index, its in fd)); past `wall_s`, or past a
-    sandbox's output limit, stop them all."""
+    """Read every sandbox's outputs until all close, passing on whole lines of `relays`
+    ((sandbox index, its out fd) -> (sandbox index, its in fd), or a function graft answers
+    them with); past `wall_s`, or past a sandbox's output limit, stop them all."""
     relays = relays or {}
     sel = selectors.DefaultSelector()
     for k, box in enumerate(sandboxes):
@@ -398,22 +405,24 @@ def supervise(
                 continue
             k, fd = key.data
             chunk = os.read(key.fd, 65536)
+            target = relays.get((k, fd))
             if not chunk:
                 sel.unregister(key.fd)
-                if (k, fd) in relays:  # the writer is gone: its reader sees the end too
-                    to, to_fd = relays[k, fd]
-                    sandboxes[to].close_input(to_fd, drained=True)
+                if isinstance(target, tuple):  # the writer is gone: its reader sees the end too
+                    sandboxes[target[0]].close_input(target[1], drained=True)
                 continue
             box = sandboxes[k]
             box.received[fd] += chunk
-            if (k, fd) in relays:
+            if target is not None:
                 buf = pending[k, fd]
                 buf += chunk
                 *lines, rest = bytes(buf).split(b"\n")
                 pending[k, fd] = bytearray(rest)
-                to, to_fd = relays[k, fd]
                 for line in lines:
-                    sandboxes[to].write(to_fd, line + b"\n")
+                    if callable(target):
+                        target(line)
+                    else:
+                        sandboxes[target[0]].write(target[1], line + b"\n")
             if len(box.received[fd]) > box.limits.cap(fd):
                 what = {1: "standard output", 2: "standard error"}.get(fd, f"fd {fd}")
                 box.stop("output_limit", f"more than {box.limits.cap(fd)} bytes on {what}")

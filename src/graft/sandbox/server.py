@@ -15,10 +15,13 @@ PLAIN = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, s
 
 
 def load_codec() -> dict:
-    """values.py's functions (run as a file: `-I` keeps /work off the import path)."""
+    """values.py's functions (run as a file: `-I` keeps /work off the import path; in a warm
+    sandbox, as the code its init compiled once, when the file is the same)."""
+    with open("values.py", "rb") as f:
+        source = f.read()
+    compiled = globals().get("__compiled__", {}).get(("values.py", source))
     space: dict = {"__name__": "values"}
-    with open("values.py") as f:
-        exec(compile(f.read(), "values.py", "exec"), space)
+    exec(compiled or compile(source, "values.py", "exec"), space)
     return space
 
 

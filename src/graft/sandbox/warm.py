@@ -1,16 +1,19 @@
-"""The host side of the warm sandbox (`zygote.py`): start one, hand it programs with their
-pipes, tell it to kill, read how each program ended; and the idle ones this process keeps.
+"""The host side of the warm sandbox (`zygote.py`): start one, give its user namespace its ids
+(`identity.py`), hand it programs with their pipes, tell it to kill, read how each program
+ended; and the idle ones this process keeps.
 
-A zygote costs one `unshare`, one interpreter start and one read-only root (tens of ms); each
-program after that costs a fork and three small mounts. A process keeps up to `KEEP_IDLE`
-zygotes between programs (assert-style tests run two programs at once: the candidate's and the
-checker's, each in its own zygote, so in separate namespaces).
+A zygote costs one interpreter start, its namespaces and one read-only root (tens of ms); each
+program after that costs a fork, namespaces of its own and three small mounts. A process keeps
+up to `KEEP_IDLE` zygotes between programs (assert-style tests run two programs at once: the
+candidate's and the checker's, each in its own zygote). A zygote whose init reports itself
+changed, or whose group keeps memory after its program, is not kept (`Zygotes.give_back`).
 """
 
 from __future__ import annotations
 
 import atexit
 import base64
+import collections
 import contextlib
 import json
 import os
@@ -27,16 +30,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from graft.procutil import die_with_parent
+from graft.sandbox import identity, seccomp
 from graft.sandbox.cgroups import Group, Placement, locked_dir, maker_tag, sweep
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 HEADER = struct.Struct("!Q")
 KEEP_IDLE = 4
 START_S = 20.0
-ISOLATE = [
-    "unshare", "--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts",
-    "--fork", "--kill-child=SIGKILL",
-]  # fmt: skip
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/work", "PYTHONDONTWRITEBYTECODE": "1"}
+"""The zygote's whole environment, so every program's (nothing of the trainer's)."""
 
 
 class StartError(RuntimeError):
@@ -61,6 +63,7 @@ class Zygote:
         self.stage = str(stage)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         group_fds = self.group.procs_fds() if self.group else []
+        self.identity = identity.identity()
         cfg = {
             "root": str(Path(self.stage) / "root"),
             "readonly": list(readonly),
@@ -68,30 +71,23 @@ class Zygote:
             "group_fds": group_fds,
             "watch": self.group is None,
             "processes": processes,
-            "scratch_bytes": 1 << 20,
-            "scratch_files": 64,
+            "program_id": self.identity.program_id,
+            "seccomp": base64.b64encode(seccomp.compiled().bpf).decode(),
+            **{f"{name}_nr": nr for name, nr in seccomp.syscall_numbers().items()},
         }
         (Path(self.stage) / "root").mkdir()
         config = str(Path(self.stage) / "zygote.json")
         Path(config).write_text(json.dumps(cfg))
-        command = [
-            *ISOLATE,
-            exe,
-            "-I",
-            "-S",
-            "-B",
-            str(ZYGOTE),
-            str(Path(self.stage) / "zygote.json"),
-        ]
         try:
             self.proc = subprocess.Popen(
-                command,
+                [exe, "-I", "-S", "-B", str(ZYGOTE), config],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 pass_fds=(theirs.fileno(), *group_fds),
                 start_new_session=True,
                 preexec_fn=die_with_parent,
+                env=ENV,
             )
         except BaseException:
             self.close()
@@ -101,7 +97,21 @@ class Zygote:
             for fd in group_fds:
                 os.close(fd)
         self.busy = False
-        ready = self.reply(START_S)
+        self._handshake()
+
+    def _handshake(self) -> None:
+        """Its namespaces made, give its user namespace its ids; then wait until it is ready."""
+        unshared = self.reply(START_S)
+        if unshared and "unshared" in unshared:
+            try:
+                identity.write_maps(self.proc.pid, self.identity)
+                self.sock.sendall(_frame({"mapped": True}))
+            except OSError as err:
+                self.close()
+                raise StartError(f"the sandbox's user namespace got no ids: {err}") from None
+            ready = self.reply(START_S)
+        else:
+            ready = unshared
         if not ready or "ready" not in ready:
             why = self._stderr() or "it did not say it was ready"
             self.close()
@@ -180,6 +190,33 @@ class Zygote:
             self.stage = ""
 
 
+SETTLED_BYTES = 4 << 20
+"""Memory a group may still hold after its program and be kept: kernel caches of the files a
+program looked up and the like (a benign program leaves well under 1 MiB)."""
+SETTLE_S = 0.25
+RETIRED: collections.Counter[str] = collections.Counter()
+"""Zygotes this process did not keep after a program: `changed` (its init saw its own limits,
+priority, affinity or policy moved) or `memory left` (its group did not settle)."""
+
+
+def memory_left(group: Group) -> int:
+    """Bytes a group holds past `SETTLED_BYTES` once its program is gone (0: settled). Before
+    it says so, the kernel is asked to collect unix sockets in flight (and the fds in them:
+    memfds, pipes), caches are reclaimed, and frees the kernel defers (an IPC namespace's
+    segments) get `SETTLE_S` to happen."""
+    used = group.memory_used()
+    if used <= SETTLED_BYTES:
+        return 0
+    a, b = socket.socketpair()  # closing a unix socket runs the collector of sockets in flight
+    a.close()
+    b.close()
+    group.reclaim()
+    deadline = time.monotonic() + SETTLE_S
+    while (used := group.memory_used()) > SETTLED_BYTES and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return max(0, used - SETTLED_BYTES)
+
+
 class Zygotes:
     """The idle zygotes of this process (not shared with a forked child)."""
 
@@ -200,17 +237,25 @@ class Zygotes:
                 z.close()
         return make()
 
-    def give_back(self, z: Zygote) -> None:
+    def give_back(self, z: Zygote, changed: str = "") -> None:
+        """Keep `z` for the next program, unless its init saw itself `changed`, its group still
+        holds memory, or it is busy, dead or one too many (then it is killed)."""
+        retire = "changed" if changed else ""
+        if not retire and z.group is not None and not z.busy and z.alive():
+            retire = "memory left" if memory_left(z.group) else ""
+        if retire:
+            RETIRED[retire] += 1
         with self.lock:
             if (
-                z.alive()
+                not retire
+                and z.alive()
                 and not z.busy
                 and self.owner == os.getpid()
                 and len(self.idle) < KEEP_IDLE
             ):
                 self.idle.append(z)
                 return
-        if z.busy:
+        if z.busy or retire:
             z.destroy()
         z.close()
 

@@ -1,21 +1,32 @@
-"""The warm sandbox (standard library only; runs inside the namespaces, started by `warm.py` as
-`unshare ... python -I -S -B zygote.py CONFIG`).
+"""The warm sandbox (standard library only; started by `warm.py` as `python -I -S -B zygote.py
+CONFIG`, with nothing of the trainer's environment).
 
-It is PID 1 of its PID namespace: the minimal init. It builds the read-only root once
-(`inner.build_root`), enters it, imports the modules programs use most, and then serves one
-program at a time on its socket: for each, fresh scratch directories (/work with the program's
-files, /tmp, /dev/shm), then a forked child that
+It first leaves everything the trainer holds: a new, empty session keyring, then new user,
+mount, PID, network, IPC and UTS namespaces, whose user ids graft writes from outside
+(`identity.py`: 0 for this init, and an unprivileged host uid for the programs where graft runs
+as root). Its child becomes PID 1 of the new PID namespace: the minimal init. The init builds
+the read-only root (`inner.build_root`, entered with pivot_root), imports the modules programs
+use most, compiles graft's own sandbox scripts once, and then serves one program at a time on
+its socket. For each, a forked child that
 - starts its own session and process group (no host-side process shares either);
 - joins the sandbox's memory and pids groups (or, with no cgroup, is watched from here);
-- takes its stdin, stdout, stderr and result pipes (sent by the host over the socket);
-- sets its resource limits, drops every capability, and runs the program: a Python script in
-  this already warm interpreter (a fresh `__main__`, fresh standard streams, a fresh random
-  seed), anything else through exec.
-When the child ends (or the host says `kill`), every other process of the namespace is killed
-(`kill(-1)` from init reaches them all, daemonized or not), all are reaped, and the host is told
-how the child ended: its exit status or the name of the signal that killed it, and the CPU
-seconds of everything the program ran. This process is not dumpable (no program can trace it or
-read its memory) and keeps no state from one program to the next.
+- takes its stdin, stdout, stderr and pipes (sent by the host over the socket);
+- becomes the programs' id, then root of a user namespace of its own with new mount, IPC, UTS
+  and network namespaces (`inner.enter_own_namespaces`): nothing a program leaves in System V
+  IPC, message queues, keyrings, its host name, sysctls or abstract sockets reaches the next;
+- mounts fresh, size- and file-capped /work (the program's files), /tmp and /dev/shm, makes
+  /proc read-only, and joins a new session keyring;
+- sets its resource limits from graft's request, drops every capability, sets no_new_privs and
+  installs the seccomp filter (`seccomp.py`), and runs the program: a Python script in this
+  already warm interpreter (a fresh `__main__`, fresh standard streams, a fresh random seed),
+  anything else through exec.
+A setup step that fails is reported as the sandbox's failure, never as the program's. When the
+child ends (or the host says `kill`), every other process of the namespace is killed (`kill(-1)`
+from init reaches them all, daemonized or not), all are reaped, and the host is told how the
+child ended: its exit status or the name of the signal that killed it, and the CPU seconds of
+everything the program ran. This process is not dumpable, no program shares its uid where graft
+runs as root, and none can see its limits change: it checks its own limits, priority, CPU
+affinity and scheduling policy after every program, and asks to be retired if any moved.
 """
 
 from __future__ import annotations
@@ -39,35 +50,38 @@ import inner  # beside this file; -I keeps it off sys.path
 
 sys.path.pop(0)
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 WARM = (
     "json", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
     "typing", "fractions", "decimal", "random", "statistics", "operator", "copy", "datetime",
     "hashlib", "io", "traceback", "dataclasses", "enum", "array", "cmath", "textwrap",
     "unicodedata", "threading", "atexit", "types",
 )  # fmt: skip
-PR_SET_DUMPABLE = 4
+SCRIPTS = ("server.py", "checker.py", "values.py")
+"""graft's own scripts, which the programs it runs start with: compiled once, here."""
 HEADER = struct.Struct("!Q")
-ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/work", "PYTHONDONTWRITEBYTECODE": "1"}
+COMPILED: dict[tuple[str, bytes], object] = {}
+
+
+def _exactly(sock: socket.socket, data: bytes, size: int) -> bytes | None:
+    while len(data) < size:
+        more = sock.recv(min(1 << 20, size - len(data)))
+        if not more:
+            return None
+        data += more
+    return data
 
 
 def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
-    """One framed message (8-byte length, JSON) and the fds sent with it; None at the end."""
-    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 16)
-    if not data:
+    """One framed message (8-byte length, JSON) and the fds sent with it; None at the end. It
+    reads exactly one frame: a next one stays in the socket."""
+    data, fds, _, _ = socket.recv_fds(sock, HEADER.size, 16)
+    header = _exactly(sock, data, HEADER.size) if data else None
+    if header is None:
         return None, fds
-    while len(data) < HEADER.size:
-        more = sock.recv(1 << 16)
-        if not more:
-            return None, fds
-        data += more
-    (size,) = HEADER.unpack_from(data)
-    body = bytearray(data[HEADER.size :])
-    while len(body) < size:
-        more = sock.recv(min(1 << 20, size - len(body)))
-        if not more:
-            return None, fds
-        body += more
-    return json.loads(bytes(body)), fds
+    body = _exactly(sock, b"", HEADER.unpack(header)[0])
+    return (None if body is None else json.loads(body)), fds
 
 
 def send(sock: socket.socket, message: dict) -> None:
@@ -83,7 +97,8 @@ def _std_streams() -> None:
 
 
 def _run_python(path: str, argv: list[str]) -> int:
-    """Run the script as `python -I -S -B path argv...` would; its exit status."""
+    """Run the script as `python -I -S -B path argv...` would; its exit status. graft's own
+    scripts find the code compiled here in their `__compiled__` ((name, source) -> code)."""
     import atexit
     import random
     import threading
@@ -101,7 +116,10 @@ def _run_python(path: str, argv: list[str]) -> int:
     try:
         with open(path, "rb") as f:
             source = f.read()
-        exec(compile(source, path, "exec"), main.__dict__)
+        compiled = COMPILED.get((path, source))
+        if compiled is not None:
+            main.__compiled__ = COMPILED
+        exec(compiled or compile(source, path, "exec"), main.__dict__)
     except SystemExit as exc:
         if exc.code is None:
             code = 0
@@ -124,36 +142,64 @@ def _run_python(path: str, argv: list[str]) -> int:
     return code
 
 
-def child(request: dict, fds: list[int], cfg: dict) -> None:
-    """In the forked child: become the program (never returns)."""
+def _place_fds(request: dict, fds: list[int]) -> None:
+    """The received pipes at the fd numbers the program expects (through copies above every
+    target, so that no dup2 overwrites a pipe not yet placed)."""
+    targets = request["fds"]
+    copies = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]
+    for inner_fd, copy in zip(targets, copies, strict=True):
+        os.dup2(copy, inner_fd)
+    for fd in range(3):
+        if fd not in targets:
+            os.close(fd)
+
+
+def _setup(request: dict, fds: list[int], cfg: dict, failed: int) -> None:
+    """In the forked child, before any of the program's code: everything that makes it a
+    program of its own (module docstring). Of this init's fds, only `failed` stays open."""
+    os.setsid()
+    _place_fds(request, fds)
+    for group_fd in cfg["group_fds"]:
+        os.write(group_fd, b"0")
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    os.closerange(max(request["fds"]) + 1, failed)
+    os.closerange(failed + 1, top)
+    inner.libc.prctl(inner.PR_SET_DUMPABLE, 1, 0, 0, 0)  # its /proc/self files are its own
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")  # the program, never this init, is what an OOM kill takes
+    inner.enter_own_namespaces(cfg["program_id"])
+    inner.scratch_dirs(request["scratch_bytes"], request["scratch_files"])
+    for name, data in request["files"].items():
+        with open(os.path.join("/work", name), "wb") as f:
+            f.write(base64.b64decode(data))
+    inner.proc_read_only()
+    inner.new_session_keyring(cfg["keyctl_nr"])
+    os.chdir("/work")
+    inner.limit(request)
+    if cfg["watch"]:  # no memory group: a per-process bound too
+        memory = request["memory_bytes"]
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    inner.drop_capabilities()
+    inner.install_seccomp(cfg["seccomp"])
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def child(request: dict, fds: list[int], cfg: dict, failed: int) -> None:
+    """In the forked child: become the program (never returns). A setup step that fails
+    writes why on `failed` (the init's pipe, closed before the program runs)."""
     try:
-        os.setsid()
-        targets = request["fds"]  # the inner fd number of each received fd, in order
-        copies = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # above every target
-        for inner_fd, copy in zip(targets, copies, strict=True):
-            os.dup2(copy, inner_fd)
-        for group_fd in cfg["group_fds"]:
-            os.write(group_fd, b"0")
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # the program, never this init, is what an OOM kill takes
-        os.closerange(max(targets) + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        for fd in range(3):
-            if fd not in targets:
-                os.close(fd)
-        os.chdir("/work")
-        inner.limit(request)
-        if cfg["watch"]:  # no memory group: a per-process bound too
-            memory = request["memory_bytes"]
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        inner.drop_capabilities()
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        os.environ.clear()
-        os.environ.update(ENV)
+        _setup(request, fds, cfg, failed)
+        os.close(failed)
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):
+            os.write(failed, f"{type(exc).__name__}: {exc}".encode()[:4000])
+        os._exit(127)
+    try:
         argv = request["argv"]
         if argv[0] == "python":
             os._exit(_run_python(argv[1], argv[2:]))
-        os.execve(argv[0], argv, ENV)
+        os.execve(argv[0], argv, os.environ)
     except BaseException:
         os._exit(127)
 
@@ -239,28 +285,61 @@ def wait_for(pid: int, sock: socket.socket, request: dict, cfg: dict) -> dict:
     return ended
 
 
+def own_state() -> dict[str, object]:
+    """What a process of the same uid could change in this init from outside it: every
+    resource limit, the nice value, the CPU affinity and the scheduling policy."""
+    limits = {
+        name: resource.getrlimit(getattr(resource, name))
+        for name in dir(resource)
+        if name.startswith("RLIMIT_")
+    }
+    return {
+        **limits,
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "policy": os.sched_getscheduler(0),
+    }
+
+
+def _changed(start: dict[str, object]) -> str:
+    now = own_state()
+    moved = [k for k in start if now[k] != start[k]]
+    return f"the sandbox's init was changed ({', '.join(moved)})" if moved else ""
+
+
 def serve(sock: socket.socket, cfg: dict) -> None:
+    start = own_state()
     while True:
         request, fds = receive(sock)
         if request is None:
             return
+        if request.get("op") == "kill":  # for a program that had ended already
+            continue
+        reader, writer = (_relocate(fd) for fd in os.pipe())  # above every fd a program gets
         try:
-            inner.scratch_dirs("", request["scratch_bytes"], request["scratch_files"])
-            for name, data in request["files"].items():
-                with open(os.path.join("/work", name), "wb") as f:
-                    f.write(base64.b64decode(data))
             pid = os.fork()
         except OSError as exc:
-            for fd in fds:
+            for fd in (*fds, reader, writer):
                 os.close(fd)
             send(sock, {"failed": f"{type(exc).__name__}: {exc}"})
             continue
         if pid == 0:
             sock.close()
-            child(request, fds, cfg)
-        for fd in fds:
+            child(request, fds, cfg, writer)
+        for fd in (*fds, writer):
             os.close(fd)
-        send(sock, wait_for(pid, sock, request, cfg))
+        ended = wait_for(pid, sock, request, cfg)
+        a, b = socket.socketpair()  # closing a unix socket: the kernel collects the sockets
+        a.close()  # a program left in flight, and the fds in them (memfds, pipes)
+        b.close()
+        with os.fdopen(reader, "rb") as f:
+            failed = f.read().decode("utf-8", "replace")
+        if failed:
+            ended["failed"] = failed
+        changed = _changed(start)
+        if changed:
+            ended["retire"] = changed
+        send(sock, ended)
 
 
 def _relocate(fd: int) -> int:
@@ -269,16 +348,42 @@ def _relocate(fd: int) -> int:
     return moved
 
 
+def _leave_the_host(sock: socket.socket, cfg: dict) -> None:
+    """New keyring and namespaces; graft writes the ids; the child goes on as PID 1 of the new
+    PID namespace while this process waits for it (as `unshare --fork` would) and ends as it
+    ends (returns in the child only)."""
+    inner.new_session_keyring(cfg["keyctl_nr"])
+    flags = inner.PROGRAM_NAMESPACES | inner.CLONE_NEWPID
+    inner._check(inner.libc.unshare(flags), "unshare")
+    send(sock, {"unshared": os.getpid()})
+    mapped, _ = receive(sock)
+    if not mapped:
+        sys.exit(1)
+    pid = os.fork()
+    if pid == 0:
+        inner.libc.prctl(inner.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        return
+    sock.close()
+    for fd in cfg["group_fds"]:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     # The socket and the group fds move above the fd numbers a program gets (0-5).
     sock = socket.socket(fileno=_relocate(cfg["socket_fd"]))
     cfg["group_fds"] = [_relocate(fd) for fd in cfg["group_fds"]]
-    root = inner.build_root(cfg)
-    os.chroot(root)
-    os.chdir("/")
-    inner.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    cfg["seccomp"] = base64.b64decode(cfg["seccomp"])
+    for name in SCRIPTS:
+        with open(os.path.join(HERE, name), "rb") as f:
+            source = f.read()
+        COMPILED[name, source] = compile(source, name, "exec")
+    _leave_the_host(sock, cfg)
+    inner.build_root(cfg)
+    inner.libc.prctl(inner.PR_SET_DUMPABLE, 0, 0, 0, 0)
     for name in WARM:
         with contextlib.suppress(ImportError):
             __import__(name)
