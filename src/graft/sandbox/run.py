@@ -76,6 +76,8 @@ def isolation_problem() -> str:
     if problem:
         return problem
     probe = run_sandboxed({"probe.py": PROBE}, ["python", "probe.py"])
+    if probe.status == "error":
+        return f"a test program could not be run in the sandbox: {probe.detail}"
     if (probe.status, probe.stdout) != ("ok", b"42\n"):
         exe, prefix = _interpreter()
         said = " ".join(probe.stderr.decode("utf-8", "replace").split())[-160:]
