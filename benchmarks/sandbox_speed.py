@@ -6,7 +6,7 @@ machine's cores. With `--step`, also a code training step's time split (configs/
 median over `--steps` steps), cold then warm. Each measurement runs in a process of its own: the
 verifier pool's forkserver keeps the environment it started with.
 
-    .venv/bin/python benchmarks/sandbox_speed.py --n 200 [--step --steps 8]
+    .venv/bin/python benchmarks/sandbox_speed.py --n 200 [--rounds 10] [--step --steps 8]
 """
 
 from __future__ import annotations
@@ -44,6 +44,24 @@ def pooled(n: int, workers: int, *, cold: bool) -> float:
         seconds = time.perf_counter() - start
     assert all(v.correct for v in verdicts), {v.category for v in verdicts}
     return seconds
+
+
+def interleaved(rounds: int, block: int) -> list[float]:
+    """Warm over bare seconds per program, in `rounds` alternating blocks of `block` programs
+    each: a bare `python -c`, then the same count judged through one kept verifier worker (so
+    that the machine's drift over a run falls on both alike)."""
+    items = [("code", f"```python\n{PROGRAM}```", TESTS, "")] * block
+    ratios = []
+    with VerifierPool(workers=1, timeout_s=30) as pool:
+        pool.verify(items[:2])
+        for _ in range(rounds):
+            bare_s = bare(block)
+            start = time.perf_counter()
+            verdicts = pool.verify(items)
+            warm_s = time.perf_counter() - start
+            assert all(v.correct for v in verdicts), {v.category for v in verdicts}
+            ratios.append(warm_s / bare_s)
+    return ratios
 
 
 def step_split(steps: int, *, cold: bool) -> dict[str, float]:
@@ -84,6 +102,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--step", action="store_true", help="also a code step's time split")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="also a judged program's cost over a bare `python -c`, in this many alternating "
+        "blocks of --n / 4 programs each (median and range)",
+    )
     parser.add_argument("--one", choices=("pool", "step"), help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -113,6 +138,13 @@ def main() -> None:
         print(f"\nwarm / cold programs per second, {w}: {ratio:.1f}x")
     overhead = 1000 * (seconds["warm sandbox, 1 verifier worker"] - seconds[rows[0][0]]) / n
     print(f"warm sandbox overhead per program over a bare subprocess, 1 worker: {overhead:.1f} ms")
+    if args.rounds:
+        ratios = interleaved(args.rounds, max(1, n // 4))
+        print(
+            f"\na judged program (warm, 1 verifier worker) over a bare `python -c`, "
+            f"{args.rounds} alternating blocks of {max(1, n // 4)}: median "
+            f"{statistics.median(ratios):.2f}x (range {min(ratios):.2f}x-{max(ratios):.2f}x)"
+        )
     if args.step:
         print("\n| code GRPO step (grpo_code.yaml) | step s (median) | verify s | verify share |")
         print("|---|---|---|---|")
