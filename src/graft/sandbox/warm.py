@@ -201,15 +201,12 @@ priority, affinity or policy moved) or `memory left` (its group did not settle).
 
 def memory_left(group: Group) -> int:
     """Bytes a group holds past `SETTLED_BYTES` once its program is gone (0: settled). Before
-    it says so, the kernel is asked to collect unix sockets in flight (and the fds in them:
-    memfds, pipes), caches are reclaimed, and frees the kernel defers (an IPC namespace's
+    it says so, caches are reclaimed, and frees the kernel defers (the sockets a program left
+    in flight, which the init has the kernel collect after every program; an IPC namespace's
     segments) get `SETTLE_S` to happen."""
     used = group.memory_used()
     if used <= SETTLED_BYTES:
         return 0
-    a, b = socket.socketpair()  # closing a unix socket runs the collector of sockets in flight
-    a.close()
-    b.close()
     group.reclaim()
     deadline = time.monotonic() + SETTLE_S
     while (used := group.memory_used()) > SETTLED_BYTES and time.monotonic() < deadline:
