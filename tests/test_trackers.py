@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,11 @@ def _sets(assignments):
 
 @pytest.fixture
 def tracker_env(tmp_path, monkeypatch):
-    """Every tracker local and offline, and writing under tmp_path only."""
+    """Every tracker local and offline, and writing under tmp_path only. W&B keeps the settings
+    it first saw for the life of the process (an earlier test's online check among them): they
+    are dropped, so that it reads this test's."""
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
