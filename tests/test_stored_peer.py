@@ -204,3 +204,52 @@ def test_resume_rolls_the_store_back_to_the_checkpoint(tmp_path):
     assert main(["train", "--resume", str(out), "--set", "run.steps=3"]) == 0
     steps = sorted(s.step for s in TrajectoryStore(str(out / "trajectories")).shards())
     assert steps == [0, 1, 2]
+
+
+def _hand_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
+    """GRPO by hand: (r - mean) / (sample std + eps); 0 for every member of a group without
+    contrast."""
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = (sum((r - mean) ** 2 for r in rewards) / (n - 1)) ** 0.5
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
+def test_the_update_gets_the_peers_own_advantages_from_its_record_of_the_same_step(
+    tmp_path, llama_grpo_store
+):
+    """Each step, the peer responses the receiver trains on carry the advantages of the peer's
+    stored group of that same step (its re-verified rewards, GRPO by hand), never ones made from
+    the receiver's rewards, nor a record of another step."""
+    from graft.config import Config, load_config
+    from graft.trainer import Trainer
+
+    sets = [*COMMON, *_solo("qwen", "qwen2-bpe-add"), "run.steps=4", "exchange.source=stored",
+            f"exchange.store={llama_grpo_store}", "exchange.peer_records=same_step",
+            "exchange.delta=0.0", f"run.out_dir={tmp_path / 'qwen'}"]  # fmt: skip
+    trainer = Trainer(load_config(Config, None, sets))
+    batches = []
+    train = trainer.backend.train
+
+    def recording(b, **kwargs):
+        batches.append({name: list(groups) for name, groups in b.items()})
+        return train(b, **kwargs)
+
+    trainer.backend.train = recording
+    try:
+        trainer.run(tmp_path / "qwen")
+    finally:
+        trainer.close()
+    rows = TrajectoryStore(str(llama_grpo_store)).scan(models=["llama"]).to_pylist()
+    peer_groups = 0
+    for step, batch in enumerate(batches):
+        stored = {}
+        for r in sorted((r for r in rows if r["step"] == step), key=lambda r: r["member"]):
+            stored.setdefault(r["prompt_id"], []).append(r["reward"])
+        for group in (g for g in batch["qwen"] if g.is_peer):
+            want = sorted(_hand_advantages(stored[group.problem_id]))
+            got = sorted(q.advantage for q in group.sequences)
+            assert len(got) == len(want) and got == pytest.approx(want, abs=1e-9), (step, group)
+            assert any(a != 0 for a in got)  # a mixed group: the peer's contrast, not zeros
+            peer_groups += 1
+    assert len(batches) == 4 and peer_groups > 0

@@ -12,11 +12,26 @@ import os
 import sys
 from collections.abc import Sequence
 
-from graft.cli import code, compare, config, demo, export, plot, probe, sft, store, tiny, train
+from graft.cli import (
+    code,
+    compare,
+    config,
+    demo,
+    export,
+    plot,
+    probe,
+    sample,
+    sft,
+    store,
+    tiny,
+    train,
+)
 from graft.cli import eval as evaluate
 from graft.cli.common import EPILOG, OneLineParser
 
-COMMANDS = (train, sft, probe, config, tiny, store, evaluate, plot, export, compare, demo, code)
+COMMANDS = (
+    train, sft, probe, config, tiny, store, sample, evaluate, plot, export, compare, demo, code,
+)  # fmt: skip
 """In the order `graft --help` lists them."""
 
 

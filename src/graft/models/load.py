@@ -54,7 +54,7 @@ def _offline() -> bool:
     return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
 
 
-def _looks_local(path: str) -> bool:
+def looks_local(path: str) -> bool:
     if path.startswith(("/", "./", "../", "~", ".\\")) or path in (".", ".."):
         return True
     return path.endswith(".gguf") or path.count("/") > 1 or "\\" in path
@@ -74,7 +74,7 @@ def _resolve(path: str, key: str, cache_dir: Path | None) -> _Source:
             raise ModelLoadError(f"{where}: {e}") from None
         return _Source("local", str(built), shown=path)
     local = Path(path).expanduser()
-    if local.exists() or _looks_local(path):
+    if local.exists() or looks_local(path):
         if not local.exists():
             raise ModelLoadError(f"{where}: no such file or directory")
         if local.is_file():

@@ -1,0 +1,183 @@
+"""`graft sample`: a peer log from any model. The model samples `n` responses to every prompt of
+a task's split, every response is verified with the task's verifier, and the groups are written
+to a trajectory store (the schema a training run writes), with the sampling's provenance in the
+store's run metadata: a store `exchange.store` takes as it is.
+
+The prompts are taken in chunks of `chunk`; chunk k is one shard, `step_k`, and its rows carry
+step k. Every prompt appears once, so a stored peer's `latest` record is its only one. Each
+sample is drawn from its own stream, seeded from the seed, the prompt's id and the sample's index
+(`graft.seeds.row_seeds`), so a chunk gives the same rows whenever it is sampled: a sampling
+killed and started again with the same settings skips the chunks already on disk and writes the
+rest, no row lost or doubled. A sampling is named by a digest of its model (and the model's
+weights), task, split and settings (`sampling_id`); the same store may hold others of the same
+task, never one of another task or another sampling of the same model name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from graft.config import Config, to_dict
+from graft.errors import DataError
+from graft.store import StoreError, TrajectoryStore, check_store_target
+from graft.store.fs import open_filesystem
+from graft.types import Problem
+
+SPLITS = ("train", "test", "val")
+
+
+@dataclass(frozen=True)
+class SampleSettings:
+    """What is sampled: `n` responses per prompt of `split` (its first `limit`; 0: all), drawn
+    with these sampling parameters and `seed`, `chunk` prompts per shard."""
+
+    split: str = "train"
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    seed: int = 0
+    limit: int = 0
+    chunk: int = 64
+
+
+def split_problems(cfg: Config, split: str, limit: int) -> tuple[Problem, ...]:
+    """The task's problems of `split` (its first `limit`; 0: all); DataError when there are
+    none."""
+    from graft.tasks import build_task
+
+    task = build_task(cfg.task)
+    problems = {"train": task.train_problems, "test": task.test_problems,
+                "val": task.val_problems}[split]()  # fmt: skip
+    problems = problems[:limit] if limit else problems
+    if not problems:
+        raise DataError(f"--split {split}: task {cfg.task.name} has no problems there")
+    return tuple(problems)
+
+
+def sampling_id(policy: str, revision: str, cfg: Config, settings: SampleSettings) -> str:
+    """The sampling's run id: `sample-<policy>-<digest>` of everything that decides its rows."""
+    what = {"policy": policy, "revision": revision, "task": to_dict(cfg.task),
+            "settings": asdict(settings)}  # fmt: skip
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+    return f"sample-{policy}-{digest[:12]}"
+
+
+def chunks_done(out: str, cfg: Config, run_id: str, policy: str) -> set[int]:
+    """The chunks of this sampling already in `out` (a resume skips them). StoreError for a path
+    under a file, a store of another task, or another sampling of `policy` there."""
+    try:
+        check_store_target(out)
+    except StoreError as err:
+        raise StoreError(str(err).replace("store.path", "--out", 1)) from None
+    fs, root = open_filesystem(out)
+    if fs.get_file_info(f"{root}/store.json").type != pa.fs.FileType.File:
+        return set()  # nothing there yet (or an empty folder): a new store
+    store = TrajectoryStore(out, key="--out")
+    runs = store.runs()
+    task = to_dict(cfg.task)
+    for other, meta in runs.items():
+        theirs = meta.get("config", {}).get("task")
+        if theirs != task:
+            raise StoreError(
+                f"--out {out}: holds run {other} of another task ({_task_name(theirs)}, "
+                f"not {cfg.task.name} as configured here); name another folder"
+            )
+        if other != run_id and meta.get("sample", {}).get("policy") == policy:
+            raise StoreError(
+                f"--out {out}: holds another sampling of {policy} ({other}: other model weights "
+                "or settings); name another folder, or sample with its settings to resume it"
+            )
+    return {s.step for s in store.shards(model=policy, run_id=run_id)} if run_id in runs else set()
+
+
+def _task_name(task: Any) -> str:
+    return str(task.get("name")) if isinstance(task, dict) else "none recorded"
+
+
+def provenance_meta(cfg: Config, run_id: str, sample: dict[str, Any]) -> dict[str, Any]:
+    """The store's run metadata of a sampling: a run's (config, versions, commit) and what was
+    sampled."""
+    from graft.training.recorder import run_metadata
+
+    return {**run_metadata(cfg, run_id), "sample": sample}
+
+
+def sample_to_store(
+    cfg: Config,
+    spec: Any,
+    settings: SampleSettings,
+    out: str,
+    *,
+    pool: Any,
+    describe: dict[str, Any],
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Sample `spec`'s model (a `PolicySpec`) over `settings.split` of `cfg`'s task into the
+    store at `out`, skipping the chunks a killed sampling already wrote; `describe`: what to
+    record of the model (its path and how it was named). Returns a summary: the run id, the
+    prompts and rows written now and before, and the share of responses verified correct."""
+    from tqdm.auto import tqdm
+
+    from graft.backends.inprocess import InProcessBackend
+    from graft.groups import make_groups
+    from graft.rollout import SamplingParams
+    from graft.store import Provenance, StoreWriter, group_rows
+    from graft.tasks import build_task, run_verifier
+    from graft.tasks.scoring import verify_rollouts
+    from graft.tasks.verify import verifier_version
+
+    problems = split_problems(cfg, settings.split, settings.limit)
+    verifier = run_verifier(cfg.verify, build_task(cfg.task))
+    policy = spec.model.name
+    backend = InProcessBackend([spec])
+    try:
+        info = backend.describe()[policy]
+        run_id = sampling_id(policy, info["model_revision"], cfg, settings)
+        done = chunks_done(out, cfg, run_id, policy)
+        sample = {"policy": policy, **describe, "revision": info["model_revision"],
+                  **asdict(settings)}  # fmt: skip
+        writer = StoreWriter(out, run_id=run_id, run_meta=provenance_meta(cfg, run_id, sample))
+        prov = Provenance(
+            run_id, policy, info["model_revision"], info["tokenizer"], verifier,
+            verifier_version(verifier), settings.temperature, settings.top_p, settings.top_k,
+            settings.max_new_tokens,
+        )  # fmt: skip
+        params = SamplingParams(
+            settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k
+        )
+        chunks = [problems[i : i + settings.chunk] for i in range(0, len(problems), settings.chunk)]
+        correct = total = 0
+        desc = f"sample {policy}"
+        with tqdm(total=len(problems), desc=desc, unit="prompt", disable=not progress) as bar:
+            for k, chunk in enumerate(chunks):
+                if k in done:
+                    bar.update(len(chunk))
+                    continue
+                (rollouts,) = backend.generate(
+                    chunk, n=settings.n, params=params, seeds={policy: settings.seed}
+                ).values()
+                verdicts = verify_rollouts(pool, verifier, rollouts)
+                groups = make_groups(
+                    rollouts, verdicts, mode=cfg.algo.advantage, eps=cfg.algo.adv_eps
+                )
+                writer.write(policy, k, group_rows(groups, step=k, prov=prov))
+                writer.flush()  # each chunk on disk before the next: a kill loses at most one
+                correct += sum(v.correct for vs in verdicts for v in vs)
+                total += sum(len(vs) for vs in verdicts)
+                bar.update(len(chunk))
+        writer.close()
+    finally:
+        backend.close()
+    written = [len(c) for k, c in enumerate(chunks) if k not in done]
+    return {
+        "run_id": run_id, "store": out, "policy": policy, "prompts": len(problems),
+        "prompts_sampled_now": sum(written), "prompts_found_done": len(problems) - sum(written),
+        "responses_now": total, "correct_share_now": correct / total if total else 0.0,
+    }  # fmt: skip
