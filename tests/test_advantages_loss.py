@@ -175,6 +175,24 @@ def test_graft_objective_is_eq_10_with_sequence_weights():
     torch.testing.assert_close(terms.ratio_BT, torch.exp(logp - old))
 
 
+def test_unclipped_rows_take_the_plain_surrogate_and_the_others_stay_clipped():
+    """peer_update=unclipped (the token clip's control): on its rows the loss is -rho a by hand,
+    even where the clip would bind; the other rows keep the clipped surrogate."""
+    logp = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64))
+    old = torch.log(torch.tensor([[0.25, 0.5], [0.25, 0.5]], dtype=torch.float64))  # rho 2, 1
+    adv = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    ones = torch.ones(2, dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    coef = torch.tensor([1.0, 1.0], dtype=torch.float64)  # plain sums, per row
+    terms = graft_objective(
+        logp, old, adv, ones, mask, coef, clip_low=0.2, clip_high=0.28, luffy_gamma=0.1,
+        unclipped_B=torch.tensor([True, False]),
+    )  # fmt: skip
+    # row 0 unclipped: -(2 + 1); row 1 clipped: -(1.28 + 1)
+    assert terms.loss.item() == pytest.approx(-(2.0 + 1.0) - (1.28 + 1.0), abs=1e-12)
+    assert terms.clipped_BT.tolist() == [[False, False], [True, False]]
+
+
 def test_coefficients_split_equals_whole():
     """Aggregation coefficients computed once make any micro-batch split sum to the whole."""
     gen = torch.Generator().manual_seed(1)

@@ -253,3 +253,61 @@ def test_the_update_gets_the_peers_own_advantages_from_its_record_of_the_same_st
             assert any(a != 0 for a in got)  # a mixed group: the peer's contrast, not zeros
             peer_groups += 1
     assert len(batches) == 4 and peer_groups > 0
+
+
+def _peer_batches(tmp_path, sets: list[str]) -> list[dict]:
+    """Each step's training batch of a run (the receiver's groups, own and peer)."""
+    from graft.config import Config, load_config
+    from graft.trainer import Trainer
+
+    trainer = Trainer(load_config(Config, None, [*sets, f"run.out_dir={tmp_path}"]))
+    batches = []
+    train = trainer.backend.train
+
+    def recording(b, **kwargs):
+        batches.append({name: list(groups) for name, groups in b.items()})
+        return train(b, **kwargs)
+
+    trainer.backend.train = recording
+    try:
+        trainer.run(tmp_path)
+    finally:
+        trainer.close()
+    return batches
+
+
+def test_shuffled_peer_rewards_keep_the_gate_and_give_each_program_another_members_reward(
+    tmp_path, llama_grpo_store
+):
+    """The negative control: the same prompts grafted, the same programs, each group's
+    advantages the same values, but on other members (the peer's evidence made random)."""
+    sets = [*COMMON, *_solo("qwen", "qwen2-bpe-add"), "run.steps=4", "exchange.source=stored",
+            f"exchange.store={llama_grpo_store}", "exchange.peer_records=same_step",
+            "exchange.delta=0.0"]  # fmt: skip
+    verified = _peer_batches(tmp_path / "verified", sets)
+    shuffled = _peer_batches(tmp_path / "shuffled", [*sets, "exchange.peer_rewards=shuffled"])
+    moved = 0
+    for a, b in zip(verified, shuffled, strict=True):
+        pa, pb = ([g for g in x["qwen"] if g.is_peer] for x in (a, b))
+        assert [g.problem_id for g in pa] == [g.problem_id for g in pb]
+        for ga, gb in zip(pa, pb):
+            assert [q.response_ids for q in ga.sequences] == [q.response_ids for q in gb.sequences]
+            adv_a, adv_b = ([q.advantage for q in g.sequences] for g in (ga, gb))
+            assert sorted(adv_a) == pytest.approx(sorted(adv_b))
+            moved += adv_a != adv_b
+    assert moved > 0
+
+
+def test_unclipped_peer_updates_leave_only_the_peer_tokens_unclipped(tmp_path, llama_grpo_store):
+    """peer_update=unclipped (the token clip's control): the peer responses train with the
+    objective `unclipped`, none of their tokens is clipped, the receiver's own still are."""
+    sets = [*COMMON, *_solo("qwen", "qwen2-bpe-add"), "run.steps=4", "exchange.source=stored",
+            f"exchange.store={llama_grpo_store}", "exchange.peer_records=same_step",
+            "exchange.delta=0.0", "exchange.peer_update=unclipped"]  # fmt: skip
+    batches = _peer_batches(tmp_path / "run", sets)
+    objectives = {(g.is_peer, q.objective) for b in batches for g in b["qwen"] for q in g.sequences}
+    assert (True, "unclipped") in objectives and (True, "pg") not in objectives
+    assert (False, "pg") in objectives
+    records = read_metrics(tmp_path / "run")
+    assert any(r["loss/peer_token_frac"] > 0 for r in records)
+    assert all(r.get("loss/peer_clip_frac", 0.0) == 0.0 for r in records)

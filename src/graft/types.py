@@ -23,7 +23,7 @@ VERDICT_CATEGORIES: tuple[VerdictCategory, ...] = (
     "error",
 )
 FinishReason = Literal["stop", "length"]
-Objective = Literal["pg", "luffy", "sft"]
+Objective = Literal["pg", "luffy", "sft", "unclipped"]
 
 
 def problem_id(prompt: str, gold: str) -> str:

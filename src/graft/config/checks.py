@@ -384,6 +384,11 @@ def _check_exchange(cfg: Config) -> None:
     if x.source == "stored" and x.enabled:
         _check(bool(x.store), "exchange.store", "stored mode needs the peer's trajectory store")
         _check(len(cfg.models) == 1, "models", "stored mode trains exactly one model")
+    _check(
+        x.peer_rewards == "verified" or x.source == "stored",
+        "exchange.peer_rewards",
+        "shuffled needs a stored peer (exchange.source=stored)",
+    )
 
 
 def _check_eval(cfg: Config) -> None:

@@ -291,9 +291,11 @@ class ExchangeConfig:
     admission: Literal["weight", "random"] = "weight"
     """`random`: a control that admits as many responses as the weight rule would, at random
     (admitted ones get w = 1)."""
-    peer_update: Literal["graft", "sgt", "luffy"] = "graft"
+    peer_update: Literal["graft", "sgt", "luffy", "unclipped"] = "graft"
     """`sgt`: keep GRPO and add sgt_coef x NLL of one random correct peer response per selected
-    prompt; `luffy`: peer tokens use pi / (pi + luffy_gamma), behavior prob 1, no clip."""
+    prompt; `luffy`: peer tokens use pi / (pi + luffy_gamma), behavior prob 1, no clip;
+    `unclipped`: the paper's update with the peer tokens' ratio left unclipped (a control of the
+    token ratio clip; the receiver's own tokens are clipped as always)."""
     sgt_coef: float = 0.1
     """Coefficient of the SGT supervised term."""
     luffy_gamma: float = 0.1
@@ -316,6 +318,10 @@ class ExchangeConfig:
     step number as the receiver's current step, or the one at `peer_step`."""
     peer_step: int = 0
     """Stored mode with peer_records=step: the step whose records are used."""
+    peer_rewards: Literal["verified", "shuffled"] = "verified"
+    """Stored mode: the peer's rewards as the receiver's verifier gives them, or `shuffled`
+    within each group (a negative control: the peer's programs with a random signal; seeded by
+    the step and the prompt)."""
     skip_damaged_shards: bool = False
     """Stored mode: skip a damaged shard of the peer's store (a warning for each, counted in
     `stored/damaged_shards`) instead of stopping with an error that names it."""

@@ -7,6 +7,7 @@ by one config value; the paper's path (gate, weight, replace) never branches on 
     exchange.admission=random          as many responses as w admitted, at random, w = 1
     exchange.peer_update=sgt           GRPO kept, + sgt_coef x NLL of one correct peer response
     exchange.peer_update=luffy         pi / (pi + gamma) on the peer tokens, no weight, no clip
+    exchange.peer_update=unclipped     the paper's update, the peer tokens' ratio not clipped
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def replacement_for(cfg: ExchangeConfig, *, adv_mode: str, adv_eps: float) -> Re
     """The replacement rule of the configured update (the paper's unless an ablation is set)."""
     if cfg.peer_update == "sgt":
         return partial(sgt_groups, coef=cfg.sgt_coef)
-    if cfg.peer_update == "luffy":
-        return partial(replacement_groups, objective="luffy")
+    if cfg.peer_update in ("luffy", "unclipped"):
+        return partial(replacement_groups, objective=cfg.peer_update)
     if cfg.replacement == "pooled":
         return partial(pooled_groups, adv_mode=adv_mode, adv_eps=adv_eps)
     return replacement_groups

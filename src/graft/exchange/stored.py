@@ -11,6 +11,7 @@ set: then it is skipped, with a warning for each and the count in `stored/damage
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,9 +20,10 @@ from graft.config.lib import ConfigError
 from graft.exchange.gate import one_way
 from graft.exchange.records import Offer, StepInfo
 from graft.groups import make_groups
+from graft.seeds import derive_seed
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.tasks.pool import VerifierPool
-from graft.types import Completion, Group, Problem, Rollout
+from graft.types import Completion, Group, Problem, Rollout, Verdict
 
 NEEDS_SOURCE_LOGPROBS = ("paper", "per_byte")
 SKIP_HINT = "set exchange.skip_damaged_shards=true to train on without it"
@@ -112,6 +114,8 @@ class StoredPeer:
             vs = verdicts_flat[pos : pos + len(rows)]
             pos += len(rows)
             changed += sum(v.reward != row["reward"] for v, row in zip(vs, rows))
+            if self.cfg.peer_rewards == "shuffled":
+                vs = shuffled(vs, step=step, prompt_id=p.id)
             rollouts.append(Rollout(p, self.name, (), tuple(_completion(r) for r in rows)))
             verdicts.append(vs)
         regrouped = (
@@ -160,6 +164,15 @@ class StoredPeer:
         )
         aligned = {receiver: receiver_groups, self.name: source}
         return Offer(aligned, [one_way(self.name, receiver, aligned)], metrics)
+
+
+def shuffled(verdicts: Sequence[Verdict], *, step: int, prompt_id: str) -> list[Verdict]:
+    """exchange.peer_rewards=shuffled (a negative control): the group's verdicts permuted among
+    its members, by a stream seeded from the step and the prompt. The group keeps its count of
+    successes (the gate decides as before); each program gets another member's reward."""
+    out = list(verdicts)
+    random.Random(derive_seed(0, "peer-rewards", step, prompt_id)).shuffle(out)
+    return out
 
 
 def _completion(row: Mapping[str, Any]) -> Completion:

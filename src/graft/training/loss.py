@@ -191,6 +191,7 @@ def graft_objective(
     ratio: str = "token",
     luffy_B: torch.Tensor | None = None,
     sft_B: torch.Tensor | None = None,
+    unclipped_B: torch.Tensor | None = None,
     ref_logp_BT: torch.Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> ObjectiveTerms:
@@ -202,7 +203,8 @@ def graft_objective(
     minibatch (`loss_coefficients`; 1 / sum_j |o_j| for token-mean), so the micro-batches'
     losses sum to the minibatch's. `ratio="sequence"` uses one ratio per response (GSPO; dual_clip
     unused). The baselines replace the clipped surrogate on their rows before the weight w:
-    `luffy_B` rows take `luffy_shaping`, `sft_B` rows `supervised_nll`. With `ref_logp_BT` and
+    `luffy_B` rows take `luffy_shaping`, `sft_B` rows `supervised_nll`, `unclipped_B` rows the
+    plain -rho a (the token clip's control). With `ref_logp_BT` and
     kl_coef > 0, kl_coef x k3 KL is added per token after the weight.
     """
     if ratio == "sequence":
@@ -217,6 +219,11 @@ def graft_objective(
         luffy_B1 = luffy_B.unsqueeze(-1)
         loss_BT = torch.where(luffy_B1, luffy_shaping(logp_BT, adv_B, gamma=luffy_gamma), loss_BT)
         clipped_BT = clipped_BT & ~luffy_B1
+    if unclipped_B is not None:
+        unclipped_B1 = unclipped_B.unsqueeze(-1)
+        plain_BT = -adv_B.unsqueeze(-1) * torch.exp(logp_BT - old_logp_BT)
+        loss_BT = torch.where(unclipped_B1, plain_BT, loss_BT)
+        clipped_BT = clipped_BT & ~unclipped_B1
     if sft_B is not None:
         sft_B1 = sft_B.unsqueeze(-1)
         loss_BT = torch.where(sft_B1, supervised_nll(logp_BT), loss_BT)

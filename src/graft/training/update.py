@@ -171,10 +171,11 @@ def _micro_loss(
     for b, q in enumerate(seqs):
         old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)
     old_BT = old_BT.to(dev)
-    luffy_B = sft_B = ref_BT = None
-    if any(q.objective != "pg" for q in seqs):  # the baselines' rows
+    luffy_B = sft_B = unclipped_B = ref_BT = None
+    if any(q.objective != "pg" for q in seqs):  # the baselines' and controls' rows
         luffy_B = torch.tensor([q.objective == "luffy" for q in seqs], device=dev)
         sft_B = torch.tensor([q.objective == "sft" for q in seqs], device=dev)
+        unclipped_B = torch.tensor([q.objective == "unclipped" for q in seqs], device=dev)
     if ref_model is not None and s.kl_coef > 0:
         with torch.no_grad():
             ref_BT = logprobs(ref_model)
@@ -191,6 +192,7 @@ def _micro_loss(
         ratio=s.ratio,
         luffy_B=luffy_B,
         sft_B=sft_B,
+        unclipped_B=unclipped_B,
         luffy_gamma=s.luffy_gamma,
         ref_logp_BT=ref_BT,
         kl_coef=s.kl_coef,
