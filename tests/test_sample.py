@@ -159,3 +159,15 @@ def test_each_bad_input_is_one_line_and_writes_nothing(tmp_path, llama_run, caps
     assert not out.exists() and not (a_file.parent / "log").exists()
     assert json.loads((llama_run / "trajectories" / "store.json").read_text())["format"]
     assert len(TrajectoryStore(str(llama_run / "trajectories")).runs()) == 1  # nothing added
+
+
+def test_steps_of_samples_exactly_the_prompts_a_run_draws(tmp_path, llama_run):
+    """--steps-of: the prompts of the run's own steps (its seed and batch size), no other."""
+    log = tmp_path / "log"
+    args = ["--config", str(llama_run / "config.yaml"), "--n", "2", "--steps-of", str(llama_run)]
+    assert _sample(log, *args) == 0
+    drawn = {r["prompt_id"] for r in TrajectoryStore(str(llama_run / "trajectories")).scan(
+        models=["llama"], columns=["prompt_id"]).to_pylist()}  # fmt: skip
+    sampled = TrajectoryStore(str(log)).scan(models=["llama"]).to_pylist()
+    assert {r["prompt_id"] for r in sampled} == drawn and len(drawn) == 2 * 8
+    assert len(sampled) == 2 * len(drawn)

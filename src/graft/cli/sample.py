@@ -52,6 +52,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--split", default="train", choices=("train", "test", "val"))
     p.add_argument("--n", type=int, default=0, help="responses per prompt (default: group_size)")
     p.add_argument("--limit", type=int, default=0, help="the split's first N prompts (0: all)")
+    p.add_argument(
+        "--steps-of",
+        default="",
+        metavar="RUN_DIR",
+        help="only the prompts that RUN_DIR's training draws (its seed, batch size and steps), "
+        "in the order it first draws them: a log for a receiver with that run's prompt order",
+    )
     p.add_argument("--temperature", type=float, default=None, help="default: the config's")
     p.add_argument("--top-p", type=float, default=None, help="default: the config's")
     p.add_argument("--top-k", type=int, default=None, help="default: the config's")
@@ -118,6 +125,8 @@ def _checkpoint(run_dir: Any, which: str) -> Any:
 
 
 def _settings(args: argparse.Namespace, cfg: Any) -> Any:
+    from pathlib import Path
+
     from graft.config import ConfigError
     from graft.config.checks import check_eval_sampling
     from graft.eval.sample import SampleSettings
@@ -133,8 +142,10 @@ def _settings(args: argparse.Namespace, cfg: Any) -> Any:
         split=args.split, n=args.n or r.group_size,
         temperature=pick(args.temperature, r.temperature), top_p=pick(args.top_p, r.top_p),
         top_k=pick(args.top_k, r.top_k), max_new_tokens=args.max_new_tokens or r.max_new_tokens,
-        seed=args.seed, limit=args.limit, chunk=args.chunk,
+        seed=args.seed, limit=args.limit, chunk=args.chunk, steps_of=args.steps_of,
     )  # fmt: skip
+    if args.steps_of and not (Path(args.steps_of) / "config.yaml").is_file():
+        raise FileNotFoundError(f"--steps-of {args.steps_of}: no run there (no config.yaml)")
     check_eval_sampling(settings.temperature, settings.top_p,
                         keys=("graft sample --temperature", "graft sample --top-p"))  # fmt: skip
     if settings.top_k < 0:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -33,8 +35,9 @@ SPLITS = ("train", "test", "val")
 
 @dataclass(frozen=True)
 class SampleSettings:
-    """What is sampled: `n` responses per prompt of `split` (its first `limit`; 0: all), drawn
-    with these sampling parameters and `seed`, `chunk` prompts per shard."""
+    """What is sampled: `n` responses per prompt of `split` (its first `limit`; 0: all; with
+    `steps_of`, only the prompts that run's training draws), drawn with these sampling
+    parameters and `seed`, `chunk` prompts per shard."""
 
     split: str = "train"
     n: int = 8
@@ -45,16 +48,30 @@ class SampleSettings:
     seed: int = 0
     limit: int = 0
     chunk: int = 64
+    steps_of: str = ""
 
 
-def split_problems(cfg: Config, split: str, limit: int) -> tuple[Problem, ...]:
-    """The task's problems of `split` (its first `limit`; 0: all); DataError when there are
-    none."""
-    from graft.tasks import build_task
+def split_problems(
+    cfg: Config, split: str, limit: int, steps_of: Config | None = None
+) -> tuple[Problem, ...]:
+    """The task's problems of `split` (its first `limit`; 0: all), or of them only those that the
+    training run of `steps_of` draws over its steps (its seed, batch size and steps), in the
+    order it first draws them; DataError when there are none."""
+    from graft.config import make_plan
+    from graft.tasks import build_task, prompt_batch
 
     task = build_task(cfg.task)
     problems = {"train": task.train_problems, "test": task.test_problems,
                 "val": task.val_problems}[split]()  # fmt: skip
+    if steps_of is not None:
+        drawn = {}
+        for step in range(steps_of.run.steps):
+            batch = prompt_batch(
+                tuple(problems), step=step, batch_size=make_plan(steps_of).prompts_per_step,
+                seed=steps_of.run.seed,
+            )  # fmt: skip
+            drawn.update((p.id, p) for p in batch if p.id not in drawn)
+        problems = tuple(drawn.values())
     problems = problems[:limit] if limit else problems
     if not problems:
         raise DataError(f"--split {split}: task {cfg.task.name} has no problems there")
@@ -97,6 +114,19 @@ def chunks_done(out: str, cfg: Config, run_id: str, policy: str) -> set[int]:
     return {s.step for s in store.shards(model=policy, run_id=run_id)} if run_id in runs else set()
 
 
+COST_KEYS = ("flops", "gen_tokens", "prompt_tokens", "generate_cpu_s", "wall_s")
+"""What a sampling's run metadata counts of what it cost (summed over its resumed parts)."""
+
+
+def _earlier_cost(out: str, run_id: str) -> dict[str, float]:
+    """What earlier, killed parts of this sampling cost (its run metadata's `cost`)."""
+    try:
+        meta = TrajectoryStore(out).runs().get(run_id, {})
+    except StoreError:
+        return {}
+    return {k: float(v) for k, v in meta.get("cost", {}).items()}
+
+
 def _task_name(task: Any) -> str:
     return str(task.get("name")) if isinstance(task, dict) else "none recorded"
 
@@ -132,15 +162,23 @@ def sample_to_store(
     from graft.tasks import build_task, run_verifier
     from graft.tasks.scoring import verify_rollouts
     from graft.tasks.verify import verifier_version
+    from graft.training.cost import step_cost
 
-    problems = split_problems(cfg, settings.split, settings.limit)
+    drawn_by = None
+    if settings.steps_of:
+        from graft.config import load_config
+
+        drawn_by = load_config(Config, Path(settings.steps_of) / "config.yaml")
+    problems = split_problems(cfg, settings.split, settings.limit, drawn_by)
+    start = time.perf_counter()
     verifier = run_verifier(cfg.verify, build_task(cfg.task))
     policy = spec.model.name
     backend = InProcessBackend([spec])
     try:
         info = backend.describe()[policy]
+        before = backend.usage()[policy]
         run_id = sampling_id(policy, info["model_revision"], cfg, settings)
-        done = chunks_done(out, cfg, run_id, policy)
+        done, earlier = chunks_done(out, cfg, run_id, policy), _earlier_cost(out, run_id)
         sample = {"policy": policy, **describe, "revision": info["model_revision"],
                   **asdict(settings)}  # fmt: skip
         writer = StoreWriter(out, run_id=run_id, run_meta=provenance_meta(cfg, run_id, sample))
@@ -172,12 +210,16 @@ def sample_to_store(
                 correct += sum(v.correct for vs in verdicts for v in vs)
                 total += sum(len(vs) for vs in verdicts)
                 bar.update(len(chunk))
+        now = step_cost(before, backend.usage()[policy])
+        now["wall_s"] = time.perf_counter() - start
+        cost = {k: earlier.get(k, 0.0) + now.get(k, 0.0) for k in COST_KEYS}
+        writer.update_run_meta(cost=cost)
         writer.close()
     finally:
         backend.close()
     written = [len(c) for k, c in enumerate(chunks) if k not in done]
     return {
-        "run_id": run_id, "store": out, "policy": policy, "prompts": len(problems),
+        "run_id": run_id, "store": out, "policy": policy, "prompts": len(problems), "cost": cost,
         "prompts_sampled_now": sum(written), "prompts_found_done": len(problems) - sum(written),
         "responses_now": total, "correct_share_now": correct / total if total else 0.0,
     }  # fmt: skip
