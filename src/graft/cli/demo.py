@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         const="graft",
         default="",
-        choices=("graft", "baselines", "code"),
+        choices=("graft", "baselines", "code", "reuse"),
         help="a pre-registered study (docs/evidence.md), 5 seeds, both regimes, resumable, about "
         "50 minutes (`baselines`) to hours (`code`) of runs on 2 cores: `graft` (the default) "
         "GRAFT, its variants and the paper's ablations against GRPO; `baselines` GRAFT against "
@@ -45,7 +45,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "at equal steps and at equal generated tokens; `code` "
         "the code pair (list / sum reducers, programs run in the sandbox): GRAFT against GRPO, "
         "GRPO + dynamic sampling and SFT on the peer's programs then GRPO, at equal steps and "
-        "at equal FLOPs",
+        "at equal FLOPs; `reuse` the code pair's models trained alone against a stored peer log "
+        "(the peer's GRPO log of the same or another seed, frozen logs of its final and its "
+        "pre-trained model, a shuffled-reward control) beside GRPO, online GRAFT and the "
+        "paper's three controls online (correct-only, no weight, no token clip); writes "
+        "results.md, results.json and staleness.png",
     )
     demo.add_argument(
         "--reference", action="store_true", help="also run GRPO with 4x the group size"
@@ -62,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 0:
         raise ConfigError(f"--seeds must be at least 1, got {args.seeds}")
+    if args.study == "reuse":
+        return run_reuse_study(args)
     settings = DemoSettings.make(
         seeds=args.seeds, quick=args.quick, study=args.study, reference=args.reference
     )
@@ -78,4 +84,25 @@ def run(args: argparse.Namespace) -> int:
     report_outputs(
         args.report_to, out, kind="demo", files=files, config=config, project=args.project
     )
+    return 0
+
+
+def run_reuse_study(args: argparse.Namespace) -> int:
+    """`--study reuse` (docs/evidence.md, "Trajectory reuse where GRAFT works")."""
+    from dataclasses import replace
+
+    from graft.config.lib import ConfigError
+    from graft.evidence.reuse import settings
+    from graft.evidence.reuse_report import run_and_write
+
+    if args.reference or args.report_to:
+        raise ConfigError("graft demo --study reuse: --reference and --report-to do not apply")
+    s = settings()
+    if args.seeds:
+        if args.seeds < 2:
+            raise ConfigError("graft demo --study reuse: --seeds needs at least 2 (arm b)")
+        s = replace(s, seeds=tuple(range(args.seeds)))
+    files = run_and_write(Path(args.out), s)
+    print((Path(args.out) / "results.md").read_text())
+    print(f"files: {', '.join(map(str, files))}")
     return 0
