@@ -219,9 +219,10 @@ def markdown(results: Mapping[str, Any]) -> str:
     s = results["settings"]
     pair = PAIRS[s.get("pair", "mul")]
     if s["mode"] == "default" and pair.name == "code":
-        from graft.evidence.recorded import answer_lines, load
+        from graft.evidence.recorded import answer_lines, load, reuse_lines
 
-        return opening(results, answer_lines(load("code_study"))) + details(results)
+        answer = [*answer_lines(load("code_study")), "", *reuse_lines(load("reuse_study"))]
+        return opening(results, answer) + details(results)
     return details(results)
 
 

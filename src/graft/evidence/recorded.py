@@ -25,6 +25,58 @@ from graft.evidence.pairs import MODELS, PAIRS
 RECORDED_DIR = Path(__file__).parent / "recorded"
 SHOWN = "GRAFT (paper weight)"
 """The variant the main job shows, fixed by its rule in docs/evidence.md."""
+ALTERNATIVE = "SFT on the peer, then GRPO"
+"""The strongest alternative the code-pair study measured beside GRAFT, shown with it."""
+CODE_SECTION = "## GRAFT where its claim applies: the code-pair study"
+
+
+def clean_commits(commits: str) -> str:
+    """`commits` (comma-separated) when every one names a committed tree; DataError for one
+    that is `-dirty` (uncommitted changes) or unknown: a recorded answer is reproducible from
+    its commits alone."""
+    named = [c.strip() for c in commits.split(",") if c.strip()]
+    bad = [c for c in named if c.endswith("-dirty") or c == "unknown"]
+    if bad or not named:
+        raise DataError(
+            f"a recorded answer names only clean commits, not {', '.join(bad) or 'none'}: run "
+            "those runs again at a commit (the study reuses the others)"
+        )
+    return ", ".join(named)
+
+
+def _points(text: str) -> float:
+    return round(float(text.replace("+", "")) / 100, 6)
+
+
+def alternative_from_benchmarks(text: str, method: str = ALTERNATIVE) -> dict[str, Any]:
+    """`method`'s stuck-skill cells (step 40 and equal FLOPs) and its FLOPs over GRPO's, read
+    from the code-pair study's tables in BENCHMARKS.md (per seed rounded to 0.1 points there)."""
+    section = text[text.index(CODE_SECTION) :]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
+    cells = []
+    for line in section.splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if len(parts) != 5 or parts[1] != method or "(stuck)" not in parts[0]:
+            continue
+        model, skill = parts[0].split()[0], parts[0].split("`")[1]
+        mean, ci = parts[3].split(" [")
+        low, high = ci.split("]")[0].split(", ")
+        cells.append({
+            "model": model, "skill": skill, "where": parts[0].split("), ")[1],
+            "mean": _points(mean), "low": _points(low), "high": _points(high),
+            "holm_p": float(parts[4]), "significant": parts[3].endswith("*"),
+            "per_seed": [_points(v) for v in parts[2].split(" / ")],
+        })  # fmt: skip
+    cost = {}
+    for line in section.splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if len(parts) == 7 and parts[-1].endswith("x"):
+            cost[parts[0]] = float(parts[-1].strip("+x"))
+    ratio = cost[f"{method}: the GRPO phase"] + cost["the same: its two SFT phases (llama, qwen)"]
+    source = "BENCHMARKS.md, the code-pair study's tables (per seed to 0.1 points)"
+    return {"method": method, "cells": cells, "flops_vs_grpo": round(ratio, 2),
+            "graft_flops_vs_grpo": cost[SHOWN], "source": source}  # fmt: skip
 
 
 def source_commit() -> str:
@@ -88,7 +140,7 @@ def reduce(results: Mapping[str, Any]) -> dict[str, Any]:
         "baseline": compare["baseline"],
         "seeds": s["seeds"],
         "tests": compare.get("primary", {}).get("tests"),
-        "commit": ", ".join(results.get("run_commits") or [results.get("commit", "")]),
+        "commit": clean_commits(", ".join(results.get("run_commits") or [results["commit"]])),
         "command": f"graft demo --study {s['mode'].removeprefix('study-')}",
         "cells": cells,
     }
@@ -104,6 +156,7 @@ def load(name: str, root: Path | None = None) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
             raise ValueError("no list of cells")
+        clean_commits(str(data.get("commit", "")))
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: not a recorded study answer ({err})") from None
     return data
@@ -129,4 +182,43 @@ def answer_lines(recorded: Mapping[str, Any] | None, study: str = "code") -> lis
     for c in recorded["cells"]:
         verdict = "significant" if c["significant"] else "inside the noise"
         lines.append(f"- {c['model']} `{c['skill']}`, {c['where']}: {fmt_interval(c)} ({verdict})")
+    alt = recorded.get("alternative")
+    if alt:
+        at40 = [c for c in alt["cells"] if c["where"] == recorded["cells"][0]["where"]]
+        moves = "; ".join(f"{c['model']} `{c['skill']}` {fmt_interval(c)}" for c in at40)
+        lines += ["", (
+            f"The strongest alternative measured beside it, {alt['method']} (the same study, "
+            f"minus GRPO at the same step): {moves}, for about {alt['flops_vs_grpo']:.1f}x "
+            f"GRPO's FLOPs against GRAFT's {alt['graft_flops_vs_grpo']:.2f}x."
+        )]  # fmt: skip
+    return lines
+
+
+def reuse_lines(recorded: Mapping[str, Any] | None) -> list[str]:
+    """The reuse study's answer (docs/evidence.md, "Trajectory reuse where GRAFT works"): each
+    stored log minus GRPO on the stuck skills, and how much of the online gain log a keeps; or
+    that it is not recorded yet."""
+    if recorded is None:
+        return [
+            "**Reuse is not recorded yet.** The pre-registered reuse study (each model alone "
+            "against a stored log of its peer; docs/evidence.md) has no recorded result at this "
+            "version: `graft demo --study reuse` runs it (hours on 2 cores).",
+        ]
+    lines = [
+        f"**Reuse** (the pre-registered reuse study, {len(recorded['seeds'])} seeds, run at "
+        f"commit {recorded['commit']}; Holm over its {recorded['tests']} primary tests): each "
+        "model trained alone against a stored log of its peer, minus GRPO on its stuck skill "
+        "at the last step, in points:",
+        "",
+    ]
+    for c in recorded["cells"]:
+        verdict = "significant" if c["significant"] else "inside the noise"
+        lines.append(f"- {c['label']}, {c['model']} `{c['skill']}`: {fmt_interval(c)} ({verdict})")
+    for model, r in recorded.get("retention", {}).items():
+        kept = (
+            "undefined (the online gain's interval contains 0)"
+            if r.get("low") is None
+            else f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+        )
+        lines.append(f"- {model}: the same seed's log keeps {kept} of the online gain")
     return lines

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graft.errors import DataError
 from graft.evidence.compare import load_units
 from graft.evidence.demo import DemoSettings
 from graft.evidence.pairs import MODELS, PAIRS
@@ -426,6 +427,31 @@ def markdown(result: Mapping[str, Any], commits: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def reduce(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded answer `make demo` prints: the primary cells and arm a's retention, with the
+    clean commits the runs ran at (copy recorded.json to graft/evidence/recorded/
+    reuse_study.json and commit it)."""
+    from graft.evidence.recorded import clean_commits
+
+    cells = []
+    for c in result["primary"]:
+        iv = c["interval"] or {}
+        cells.append({
+            "arm": c["arm"], "label": result["arms"][c["arm"]]["label"], "model": c["model"],
+            "skill": c["skill"], "where": "last step", "mean": iv.get("mean"),
+            "low": iv.get("low"), "high": iv.get("high"), "n": iv.get("n"),
+            "holm_p": c.get("holm_p"), "significant": bool(c.get("significant")),
+            "per_seed": c["per_seed"], "seeds": c["seeds"],
+        })  # fmt: skip
+    return {
+        "study": "study-reuse", "seeds": result["seeds"], "tests": len(cells),
+        "commit": clean_commits(", ".join(result["commits"])),
+        "command": "graft demo --study reuse", "cells": cells,
+        "retention": {m: {k: r[k] for k in ("ratio", "low", "high")}
+                      for m, r in result["retention"].items()},
+    }  # fmt: skip
+
+
 def run_and_write(out: Path, s: DemoSettings | None = None) -> list[Path]:
     """Run (or reuse) the whole study, then write results.json, results.md and staleness.png;
     the files written."""
@@ -441,6 +467,11 @@ def run_and_write(out: Path, s: DemoSettings | None = None) -> list[Path]:
     files[0].write_text(json.dumps(result, indent=2, sort_keys=True))
     files[1].write_text(markdown(result, result["commits"]))
     staleness_plot(result, files[2])
+    try:
+        (out / "recorded.json").write_text(json.dumps(reduce(result), indent=1) + "\n")
+        files.append(out / "recorded.json")
+    except DataError as err:  # runs at a dirty tree: nothing to record
+        print(f"not recorded: {err}")
     return files
 
 
