@@ -170,3 +170,19 @@ def test_a_run_writes_config_metrics_checkpoint_and_summary(tmp_path, tiny_paths
     assert records[1]["time/verify_busy_s"] == pytest.approx(records[1]["time/verify_s"], abs=2e-3)
     assert "eval/test/avg@1" in records[0] and "eval/test/avg@1" in records[2]
     assert (run_dir / "checkpoints" / "step_000002" / "policy" / "model.safetensors").is_file()
+
+
+def test_a_steps_phases_add_up_to_the_step_and_training_excludes_settling(tmp_path, tiny_paths):
+    """time/generate_s, verify_s, exchange_s, settle_s, train_s and store_s are consecutive
+    phases: they add up to time/step_s. With dynamic sampling the settle phase samples again,
+    and none of that time is counted as training (it once was: train_s ran from before it)."""
+    run_dir = tmp_path / "run"
+    sets = [*SMALL, f"models.0.path={tiny_paths['gpt2']}", "run.steps=2", "eval.every=0",
+            "models.0.zero_contrast.mode=resample", "models.0.zero_contrast.max_rounds=3"]  # fmt: skip
+    _train(["--out", str(run_dir), *_sets(sets)])
+    phases = ("generate", "verify", "exchange", "settle", "train", "store")
+    for record in read_metrics(run_dir):
+        parts = [record[f"time/{p}_s"] for p in phases]
+        assert all(x >= 0 for x in parts)
+        assert sum(parts) == pytest.approx(record["time/step_s"], abs=1e-6), record
+    assert any(r["time/settle_s"] > 0.01 for r in read_metrics(run_dir))

@@ -28,6 +28,7 @@ from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close, write_summary
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.checkpoints import refuse_unresumable
+from graft.rundir.phases import PhaseClock
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
@@ -139,17 +140,19 @@ class Trainer:
     def step(self, step: int) -> dict[str, float]:
         """rollout -> verify -> group -> exchange -> settle -> update -> store, for every policy
         at once."""
-        t0, before = time.perf_counter(), self.backend.usage()
+        clock, before = PhaseClock(), self.backend.usage()
         verify_cpu, self._verify_cpu = self.pool.cpu_s, dict.fromkeys(self.names, 0.0)
         groups = self.rollout(step)
-        t1, t2 = max(a for a, _ in self._verify_spans), time.perf_counter()
+        clock.lap("generate", at=max(a for a, _ in self._verify_spans))
+        clock.lap("verify")
         outcome = self.exchange(step, groups)
-        t3 = time.perf_counter()
+        clock.lap("exchange")
         batches, extra, contrast = self.settle(step, outcome.batches)
-        t_settle = time.perf_counter()
+        clock.lap("settle")
         stats = self.backend.train(batches, seeds=self._seeds(step, "update"))
         self._check_finite(step, stats)
-        t4, after = time.perf_counter(), self.backend.usage()
+        clock.lap("train")
+        after = self.backend.usage()
         verify_cpu = self._verify_cpu_by_policy(self.pool.cpu_s - verify_cpu)
         if self.recorder is not None:  # the extra rounds' rollouts after the step's own
             every = {
@@ -161,7 +164,8 @@ class Trainer:
             }
             with self.book.writing_store(self.recorder.uri):
                 self.recorder.record(step, every, outcome.replaced, rounds)
-        metrics = self._step_metrics(groups, stats, times=(t0, t1, t2, t3, t4))
+        clock.lap("store")
+        metrics = self._step_metrics(groups, stats, clock.metrics())
         metrics.update(outcome.metrics)
         for name, counts in contrast.items():
             metrics.update({self.prefix[name] + k: v for k, v in counts.items()})
@@ -173,9 +177,7 @@ class Trainer:
                 }
             )
         )
-        metrics["time/settle_s"] = t_settle - t3
         metrics["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
-        metrics["time/store_s"] = time.perf_counter() - t4
         return metrics
 
     def _verify_cpu_by_policy(self, spent: float) -> dict[str, float]:
@@ -307,20 +309,14 @@ class Trainer:
     def _seeds(self, step: int, purpose: str) -> dict[str, int]:
         return {name: derive_seed(self.cfg.run.seed, step, name, purpose) for name in self.names}
 
-    def _step_metrics(self, groups, stats, *, times) -> dict[str, float]:
-        t0, t1, t2, t3, t4 = times  # generate | verify | exchange | train
-        out: dict[str, float] = {}
+    def _step_metrics(self, groups, stats, times: dict[str, float]) -> dict[str, float]:
+        out: dict[str, float] = dict(times)
         gen_tokens = 0
         for name in self.names:
             gen_tokens += sum(c.num_tokens for g in groups[name] for c in g.rollout.completions_G)
             metrics = {**group_metrics(groups[name], self.verifier), **stats.get(name, {})}
             out.update({self.prefix[name] + k: v for k, v in metrics.items()})
-        out["time/generate_s"] = t1 - t0
-        out["time/verify_s"] = t2 - t1
-        out["time/exchange_s"] = t3 - t2
-        out["time/train_s"] = t4 - t3
-        out["time/step_s"] = t4 - t0
-        out["tokens_per_s"] = gen_tokens / max(t4 - t0, 1e-9)
+        out["tokens_per_s"] = gen_tokens / max(times["time/step_s"], 1e-9)
         return out
 
     # ------------------------------------------------------------------ evaluation
