@@ -19,8 +19,8 @@ import sys
 import time
 
 from graft.sandbox.run import COLD_ENV
-from graft.tasks.code import CodeTests
-from graft.tasks.pool import VerifierPool
+from graft.verify.code.verifier import CodeTests
+from graft.verify.pool import VerifierPool
 
 PROGRAM = "def add(a, b):\n    return a + b\n"
 TESTS = CodeTests("call", "add", ((2, 3), (10, -4)), (5, 6)).to_gold()

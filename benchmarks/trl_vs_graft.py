@@ -51,8 +51,8 @@ from common import emit, peak_rss_mib, summary
 from graft.config import ArithmeticConfig, Config, load_config
 from graft.models.tiny import TinySpec, build_tiny
 from graft.tasks import prompt_batch
-from graft.tasks.answer import final_number
 from graft.trainer import Trainer
+from graft.verify.math.answer import final_number
 
 THREADS = 2
 TINY_SPEC = TinySpec(

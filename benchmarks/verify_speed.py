@@ -48,13 +48,13 @@ def pairs(n: int) -> list[tuple[str, str]]:
 
 
 def time_once(n: int) -> float:
-    from graft.tasks.verify import verify_math
+    from graft.verify.registry import verify_math
 
     work = pairs(n)
     verify_math(*work[0])  # imports outside the timing
     # The pairs repeat (22 golds x 6 shapes): parsed values cached across responses would time
     # the cache, so it is emptied before each response (training repeats less: a gold per group).
-    values = sys.modules.get("graft.tasks.math_values")
+    values = sys.modules.get("graft.verify.math.values")
     clear = getattr(getattr(values, "parse_answer", None), "cache_clear", lambda: None)
     start = time.perf_counter()
     for response, gold in work:

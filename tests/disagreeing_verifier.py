@@ -1,8 +1,8 @@
 """A plug-in verifier that disagrees with the arithmetic verifier on every response, so that
 stored-peer re-verification has rewards to change (loaded by import path in verifier workers)."""
 
-from graft.tasks.verify import verify_final_number
 from graft.types import Verdict
+from graft.verify.registry import verify_final_number
 
 
 def inverted(response: str, gold: str) -> Verdict:

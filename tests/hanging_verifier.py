@@ -34,7 +34,7 @@ def not_a_verdict(response: str, gold: str) -> object:
 
 def hang_on_seven(response: str, gold: str) -> Verdict:
     """The arithmetic verifier, except that a response ending in 7 hangs forever."""
-    from graft.tasks.verify import verify_final_number
+    from graft.verify.registry import verify_final_number
 
     if response.strip().endswith("7"):
         while True:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from graft.tasks.answer import answer_line, final_boxes
-from graft.tasks.forms import ClockTime, clock_time, rewrite
-from graft.tasks.verify import (
+from graft.types import Verdict
+from graft.verify.math.answer import answer_line, final_boxes
+from graft.verify.math.forms import ClockTime, clock_time, rewrite
+from graft.verify.registry import (
     VERDICT_REASONS,
     verdict_reason,
     verify_math,
     verify_math_answer_line,
 )
-from graft.types import Verdict
 
 
 def judge(response: str, gold: str) -> str:
@@ -266,7 +266,7 @@ def test_verdict_reasons(verdict, reason):
 
 
 def test_verdict_counts_split_every_category_by_reason():
-    from graft.tasks.verify import verdict_counts
+    from graft.verify.registry import verdict_counts
 
     verdicts = [
         verify_math("no box", "5"),

@@ -9,15 +9,15 @@ import pytest
 import yaml
 
 from graft.sandbox import isolation_problem
-from graft.tasks.code import (
+from graft.verify.code.blocks import choose_program
+from graft.verify.code.verifier import (
     CodeTestError,
     CodeTests,
     parse_tests,
     same_stdout,
     verify_code,
 )
-from graft.tasks.code_blocks import choose_program
-from graft.tasks.pool import VerifierPool
+from graft.verify.pool import VerifierPool
 
 needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
 ADD = CodeTests("call", "add", ((2, 3), (10, -4)), (5, 6)).to_gold()
@@ -309,8 +309,8 @@ def test_what_the_compiler_warns_about_a_candidate_stays_off_the_trainers_consol
 # ------------------------------------------------------- the check's own failures are not wrong
 @needs_sandbox
 def test_a_name_error_inside_the_check_is_a_check_error_not_a_wrong_answer():
-    from graft.tasks.code import code_reason
-    from graft.tasks.verify import verdict_counts
+    from graft.verify.code.verifier import code_reason
+    from graft.verify.registry import verdict_counts
 
     gold = _asserting("assert f(1) == helper_from_nowhere.VALUE", "assert f(2) == 2")
     verdict = verify_code(block("def f(x):\n    return x"), gold)
@@ -327,7 +327,7 @@ def test_a_name_error_inside_the_check_is_a_check_error_not_a_wrong_answer():
 
 
 def test_a_stdio_problem_has_a_wall_clock_per_case_in_its_budget():
-    from graft.tasks.code import LIMITS, time_budget_s
+    from graft.verify.code.verifier import LIMITS, time_budget_s
 
     one = parse_tests(SUM)
     ten = CodeTests("stdio", stdin=("1 2\n",) * 10, stdout=("3\n",) * 10)

@@ -9,8 +9,8 @@ import pytest
 
 from graft.errors import DataError
 from graft.sandbox import isolation_problem
-from graft.tasks.code import verify_code
 from graft.tasks.code_data import check_references, load_code_problems, normalize
+from graft.verify.code.verifier import verify_code
 
 needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
 
@@ -194,7 +194,7 @@ def test_unsafe_local_warns_and_runs_programs_without_isolation(tmp_path, capsys
     task = _task(tmp_path, sandbox="unsafe_local", check_references=False)
     assert task.verifier == "code_unsafe_local"
     assert "WITHOUT isolation" in capsys.readouterr().err
-    from graft.tasks.verify import resolve_verifier
+    from graft.verify.registry import resolve_verifier
 
     verify = resolve_verifier("code_unsafe_local")
     gold = task.train_problems()[0].gold

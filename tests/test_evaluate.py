@@ -11,8 +11,8 @@ from graft.cli import main
 from graft.eval.evaluate import EvalSettings, avg_at_k, evaluate_runs, pass_at_k
 from graft.eval.report import markdown_table, write_eval
 from graft.eval.suites import load_suites
-from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Rollout
+from graft.verify.pool import VerifierPool
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 6])

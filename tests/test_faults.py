@@ -26,8 +26,8 @@ from graft.exchange import StoredPeer
 from graft.groups import group_advantages, make_groups
 from graft.rundir import checkpoint_problems, read_metrics, write_manifest
 from graft.store import Provenance, StoreWriter, group_rows
-from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Problem, Rollout, Verdict
+from graft.verify.pool import VerifierPool
 
 SMALL = [
     "run.progress=false",

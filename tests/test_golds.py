@@ -11,11 +11,11 @@ import pytest
 from graft.cli import main
 from graft.config import Config, load_config
 from graft.rundir import read_metrics
-from graft.tasks.golds import check_golds, require_golds, usable_problems
 from graft.tasks.math_data import FIXTURE_PATH
-from graft.tasks.pool import VerifierPool
 from graft.trainer import Trainer
 from graft.types import Problem
+from graft.verify.golds import check_golds, require_golds, usable_problems
+from graft.verify.pool import VerifierPool
 
 GOLDS = ["12:00", "\\frac{1}{2", "4.5e33", "1, 2, \\ldots", "1 + \\foo", "5.", "", "\\mathrm{e}"]
 

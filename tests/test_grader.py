@@ -6,7 +6,7 @@ on its own, and there must be none."""
 
 import pytest
 
-from graft.tasks.verify import VERDICT_REASONS, verdict_reason, verify_math
+from graft.verify.registry import VERDICT_REASONS, verdict_reason, verify_math
 
 B = "\\boxed"
 

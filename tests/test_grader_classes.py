@@ -9,7 +9,7 @@ must stay as they are beside the ones that change."""
 
 import pytest
 
-from graft.tasks.verify import VERDICT_REASONS, verdict_reason, verify_math
+from graft.verify.registry import VERDICT_REASONS, verdict_reason, verify_math
 
 B = "\\boxed"
 R = ("no_answer", "retracted")

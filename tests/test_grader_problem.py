@@ -7,10 +7,10 @@ through the pool and the scoring path too."""
 
 import pytest
 
-from graft.tasks.pool import VerifierPool
-from graft.tasks.scoring import verify_rollouts
-from graft.tasks.verify import VERDICT_REASONS, verdict_reason, verify_final_number, verify_math
 from graft.types import Completion, Problem, Rollout
+from graft.verify.pool import VerifierPool
+from graft.verify.registry import VERDICT_REASONS, verdict_reason, verify_final_number, verify_math
+from graft.verify.scoring import verify_rollouts
 
 B = "\\boxed"
 SUM = "Compute $\\sum_{k=1}^{100} k$."

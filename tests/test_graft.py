@@ -31,8 +31,8 @@ from graft.groups import make_groups
 from graft.rollout import SamplingParams
 from graft.rundir import read_metrics
 from graft.tasks.arithmetic import ArithmeticTask
-from graft.tasks.verify import verify_final_number
 from graft.training.policy import PolicySpec
+from graft.verify.registry import verify_final_number
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
 PROBLEMS = ArithmeticTask(ArithmeticConfig(num_train=64, num_test=0)).train_problems()[:16]

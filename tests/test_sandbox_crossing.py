@@ -18,8 +18,8 @@ import pytest
 
 from graft.sandbox import Limits, call_in_sandbox, isolation_problem
 from graft.sandbox.calls import judge_calls
-from graft.tasks.code import CodeTests
-from graft.tasks.pool import VerifierPool
+from graft.verify.code.verifier import CodeTests
+from graft.verify.pool import VerifierPool
 from sandbox_channels import (
     BREAKER_VICTIMS,
     BREAKERS,

@@ -297,7 +297,7 @@ def test_a_reply_larger_than_a_pipe_reaches_the_checker_whole():
     """The relay between the two sandboxes queues what a pipe cannot take at once."""
     import json
 
-    from graft.tasks.code import verify_code
+    from graft.verify.code.verifier import verify_code
 
     gold = json.dumps({"form": "assert", "function": "f",
                        "tests": ["assert f(200000) == 'x' * 200000"]})  # fmt: skip

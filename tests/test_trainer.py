@@ -177,8 +177,8 @@ def test_a_steps_phases_add_up_to_the_step_and_training_excludes_settling(tmp_pa
     phases: they add up to time/step_s. With dynamic sampling the settle phase samples again,
     and none of that time is counted as training (it once was: train_s ran from before it)."""
     run_dir = tmp_path / "run"
-    sets = [*SMALL, f"models.0.path={tiny_paths['gpt2']}", "run.steps=2", "eval.every=0",
-            "models.0.zero_contrast.mode=resample", "models.0.zero_contrast.max_rounds=3"]  # fmt: skip
+    sets = [*SMALL, f"models.0.path={tiny_paths['gpt2']}", "run.steps=2", "eval.every=0"]
+    sets += ["models.0.zero_contrast.mode=resample", "models.0.zero_contrast.max_rounds=3"]
     _train(["--out", str(run_dir), *_sets(sets)])
     phases = ("generate", "verify", "exchange", "settle", "train", "store")
     for record in read_metrics(run_dir):

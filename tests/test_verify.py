@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from graft.tasks.answer import final_number, last_boxed
-from graft.tasks.pool import VerifierPool
-from graft.tasks.verify import (
+from graft.types import Verdict
+from graft.verify.math.answer import final_number, last_boxed
+from graft.verify.pool import VerifierPool
+from graft.verify.registry import (
     VERIFIERS,
     resolve_verifier,
     verifier_version,
     verify_final_number,
     verify_math,
 )
-from graft.types import Verdict
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 if TESTS_DIR not in sys.path:  # workers import plug-ins from the parent's sys.path
@@ -253,9 +253,16 @@ def test_verify_math_details():
 
 
 def test_registry_and_versions():
-    assert {"math": verify_math, "final_number": verify_final_number} == {
-        k: v for k, v in VERIFIERS.items() if not k.startswith("code")
-    }
+    from graft.verify.registry import verify_math_answer_line
+
+    assert {
+        "math": verify_math,
+        "final_number": verify_final_number,
+        "math_answer_line": verify_math_answer_line,
+    } == {k: v for k, v in VERIFIERS.items() if not k.startswith("code")}
+    # the name stores and configs held before the answer-line grader had a built-in one
+    assert resolve_verifier("graft.tasks.verify:verify_math_answer_line") is verify_math_answer_line
+    assert verifier_version("graft.tasks.verify:verify_math_answer_line").endswith("graft-strict-4")
     assert verifier_version("code") == "code;graft-sandbox-1"
     assert resolve_verifier("math") is verify_math
     import hanging_verifier
@@ -386,7 +393,7 @@ def test_math_verify_is_imported_lazily():
         after = p.verify([("math", "\\boxed{1}", "1"), probe])[1]
     assert before.detail == ""
     assert "math_verify" in after.detail
-    code = "import sys, graft.tasks.verify; print('math_verify' in sys.modules)"
+    code = "import sys, graft.verify.registry; print('math_verify' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -414,7 +421,7 @@ def test_garbage_collection_and_owner_death_leave_no_processes():
     code = (
         "import os, signal, sys, threading\n"
         f"sys.path.insert(0, {TESTS_DIR!r})\n"
-        "from graft.tasks.pool import VerifierPool\n"
+        "from graft.verify.pool import VerifierPool\n"
         "p = VerifierPool(workers=2, timeout_s=60)\n"
         "print(*p.pids, flush=True)\n"
         "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from graft.sandbox import isolation_problem
-from graft.tasks.pool import VerifierPool
+from graft.verify.pool import VerifierPool
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 if TESTS_DIR not in sys.path:  # workers import plug-ins from the parent's sys.path

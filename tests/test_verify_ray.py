@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from graft.sandbox import isolation_problem
-from graft.tasks.pool import VerifierPool
+from graft.verify.pool import VerifierPool
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 if TESTS_DIR not in sys.path:  # plug-ins import from the driver's sys.path
@@ -34,7 +34,7 @@ def _items() -> list[tuple[str, str, str]]:
 @pytest.mark.slow
 def test_the_ray_pool_gives_the_local_pools_verdicts_and_kills_a_hang():
     ray = pytest.importorskip("ray")
-    from graft.tasks.pool_ray import RayVerifierPool
+    from graft.verify.pool_ray import RayVerifierPool
 
     items = _items()
     # A fresh worker's first math item imports sympy and math-verify: under a loaded machine

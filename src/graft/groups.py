@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from graft.tasks.verify import verdict_counts
 from graft.types import Group, Rollout, TrainGroup, TrainSequence, Verdict
+from graft.verify.registry import verdict_counts
 
 
 def grpo_advantages(rewards_PG: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
@@ -91,7 +91,7 @@ def self_train_group(group: Group) -> TrainGroup:
 
 def group_metrics(groups: Sequence[Group], verifier: str = "") -> dict[str, float]:
     """Reward, degenerate-group fractions and verdict counts of one policy's rollout batch
-    (`verifier` names the reasons counted: `graft.tasks.verify.verdict_counts`)."""
+    (`verifier` names the reasons counted: `graft.verify.registry.verdict_counts`)."""
     if not groups:
         return {}
     num_groups = len(groups)

@@ -32,15 +32,15 @@ from graft.rundir.phases import PhaseClock
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
-from graft.tasks.golds import check_golds, require_golds, usable_problems
-from graft.tasks.pool_ray import open_pool
-from graft.tasks.scoring import verify_rollouts
 from graft.training.contrast import Budget, settle
 from graft.training.cost import CostLog, last_cumulative, step_cost
 from graft.training.progress import progress_bar, reward_postfix, say, warn
 from graft.training.recorder import Recorder
 from graft.training.signal import SignalLog, run_summary
 from graft.types import Group, Rollout, TrainGroup
+from graft.verify.golds import check_golds, require_golds, usable_problems
+from graft.verify.pool_ray import open_pool
+from graft.verify.scoring import verify_rollouts
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Trainer:
 
     def _check_golds(self) -> None:
         """Refuse data whose golds the verifier mostly cannot parse; report and leave out (train)
-        or keep as `error` (eval) the few it cannot (graft.tasks.golds)."""
+        or keep as `error` (eval) the few it cannot (graft.verify.golds)."""
         limit = self.cfg.verify.max_unparseable_golds
         t = self.cfg.task
         where = f"task.math.train ({t.math.train})" if t.name == "math" else f"task {t.name}"

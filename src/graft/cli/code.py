@@ -1,7 +1,7 @@
 """`graft code audit`: score (problem, response) pairs through the code sandbox, one verdict per
 row, so test sets and the sandbox can be audited on hostile cases before training.
 
-Rows are verified in parallel by the verifier pool training uses (`graft.tasks.pool`), with the
+Rows are verified in parallel by the verifier pool training uses (`graft.verify.pool`), with the
 same per-item deadlines, so the audit and training give the same verdict. Each verdict is written
 to OUT.partial as it arrives (completion order, one flushed JSON line each), so a killed audit
 leaves every finished row there; once every row is done, OUT is written in row order and
@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "code",
         help="code tasks: audit responses against their tests in the sandbox",
-        description="Tools for code problems (graft.tasks.code).",
+        description="Tools for code problems (graft.verify.code.verifier).",
     )
     inner = p.add_subparsers(dest="code_command", metavar="COMMAND", required=True)
     audit = inner.add_parser(
@@ -115,7 +115,7 @@ def run_audit(args: argparse.Namespace) -> int:
     from graft.errors import DataError
     from graft.preflight import check_output_file, replaced_atomically, resolved
     from graft.sandbox import isolation_problem
-    from graft.tasks.pool import VerifierPool
+    from graft.verify.pool import VerifierPool
 
     source, out = resolved(args.file, "FILE"), resolved(args.out, "--out")
     if not source.is_file():
@@ -164,8 +164,8 @@ def run_audit(args: argparse.Namespace) -> int:
 def _read(source: Path, column: str) -> list[AuditRow]:
     """Every row, each checked before any program runs; DataError names the row."""
     from graft.errors import DataError
-    from graft.tasks.code import CodeTestError
     from graft.tasks.code_data import normalize, read_rows
+    from graft.verify.code.verifier import CodeTestError
 
     rows = []
     for n, row in read_rows(source):
@@ -197,7 +197,7 @@ def _records(verdicts: Iterable[tuple[int, Any]], rows: list[AuditRow]) -> Itera
     """One record per verdict as it arrives, with a progress bar."""
     from tqdm import tqdm
 
-    from graft.tasks.code import code_reason
+    from graft.verify.code.verifier import code_reason
 
     with tqdm(total=len(rows), desc="audit", unit="row", leave=False) as bar:
         for i, verdict in verdicts:

@@ -167,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
     from graft.eval.evaluate import EvalSettings, evaluate_runs
     from graft.eval.report import write_eval
     from graft.eval.suites import check_suite_golds, drop_long_prompts, load_suites
-    from graft.tasks.pool import VerifierPool
     from graft.training.policy import PolicySpec
+    from graft.verify.pool import VerifierPool
 
     _check_args(args)
     targets = _targets(args)

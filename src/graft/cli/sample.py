@@ -157,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from graft.eval.sample import sample_to_store
-    from graft.tasks.pool import VerifierPool
     from graft.training.policy import PolicySpec
+    from graft.verify.pool import VerifierPool
 
     cfg, model, describe = _config_and_model(args)
     settings = _settings(args, cfg)

@@ -68,7 +68,7 @@ class VerifyConfig:
     timeout_s: float = 5.0
     """Hard per-response time limit; a worker past it is killed, the response scored `timeout`.
     The code verifiers get the larger of this and the problem's time budget (each test is its
-    own sandboxed run: graft.tasks.pool.code_time_budget_s)."""
+    own sandboxed run: graft.verify.pool.code_time_budget_s)."""
     extract: Literal["boxed", "answer_line"] = "boxed"
     """How the math verifier finds a response's answer: `boxed`, its final `\\boxed{}` (several
     adjacent boxes count as one answer); `answer_line`, also an "answer is X" / "Answer: X" last

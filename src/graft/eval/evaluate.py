@@ -20,10 +20,10 @@ from graft.backends.base import Generator
 from graft.eval.suites import Suite
 from graft.rollout import SamplingParams
 from graft.seeds import derive_seed
-from graft.tasks.pool import VerifierPool
-from graft.tasks.scoring import verify_rollouts
-from graft.tasks.verify import verdict_counts
 from graft.types import Problem, Verdict
+from graft.verify.pool import VerifierPool
+from graft.verify.registry import verdict_counts
+from graft.verify.scoring import verify_rollouts
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

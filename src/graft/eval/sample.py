@@ -160,9 +160,9 @@ def sample_to_store(
     from graft.rollout import SamplingParams
     from graft.store import Provenance, StoreWriter, group_rows
     from graft.tasks import build_task, run_verifier
-    from graft.tasks.scoring import verify_rollouts
-    from graft.tasks.verify import verifier_version
     from graft.training.cost import step_cost
+    from graft.verify.registry import verifier_version
+    from graft.verify.scoring import verify_rollouts
 
     drawn_by = None
     if settings.steps_of:

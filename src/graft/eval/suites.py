@@ -29,10 +29,10 @@ from graft.config import MathDataConfig, TaskConfig
 from graft.config.lib import ConfigError
 from graft.errors import DataError
 from graft.tasks import build_task
-from graft.tasks.golds import check_golds, require_golds
 from graft.tasks.math_data import FIXTURE_PATH, load_problems
-from graft.tasks.pool import VerifierPool
 from graft.types import Problem
+from graft.verify.golds import check_golds, require_golds
+from graft.verify.pool import VerifierPool
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def check_suite_golds(
     max_fraction: float,
     verifier: str | None = None,
 ) -> list[Suite]:
-    """Check every suite's golds (graft.tasks.golds) with its verifier (or `verifier`): refuse a
+    """Check every suite's golds (graft.verify.golds) with its verifier (or `verifier`): refuse a
     suite above `max_fraction`, report the others' unusable golds, which are kept and scored as
     `error`; the count goes to `Suite.source["unparseable_golds"]`."""
     out = []

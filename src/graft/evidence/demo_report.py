@@ -47,9 +47,9 @@ def complementarity(
     the share where the other model's group of n is mixed (paper: 47.9% / 18.7%). The programs
     are checked by `workers` verifier processes, once generation is done."""
     from graft.backends.inprocess import InProcessBackend
-    from graft.tasks.pool import VerifierPool
-    from graft.tasks.scoring import verify_rollouts
     from graft.training.policy import PolicySpec
+    from graft.verify.pool import VerifierPool
+    from graft.verify.scoring import verify_rollouts
 
     pair = s.the_pair
     task = build_task(load_config(Config, None, list(pair.task_sets)).task)

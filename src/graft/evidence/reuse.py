@@ -18,6 +18,8 @@ the commit) is reused; an interrupted one starts again (a log resumes where it s
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,8 +150,8 @@ def _sample_done(path: Path, args: list[str]) -> bool:
 
 
 def make_log(out: Path, seed: int, kind: str, peer: str) -> None:
-    """One frozen log, unless it is done (a killed sampling resumes where it stopped)."""
-    from graft.cli import main
+    """One frozen log, unless it is done (a killed sampling resumes where it stopped): the
+    `graft sample` command, in a process of its own."""
     from graft.evidence.recorded import source_commit
 
     args = sample_args(out, seed, kind, peer)
@@ -157,7 +159,7 @@ def make_log(out: Path, seed: int, kind: str, peer: str) -> None:
     if _sample_done(path, args):
         return
     start = time.perf_counter()
-    if main(["sample", *args]) != 0:
+    if subprocess.run([sys.executable, "-m", "graft.cli", "sample", *args]).returncode != 0:
         raise RuntimeError(f"graft sample {' '.join(args)} failed")
     done = {"args": args, "seconds": round(time.perf_counter() - start, 1),
             "commit": source_commit()}  # fmt: skip

@@ -33,8 +33,8 @@ from graft.exchange.stored import StoredPeer
 from graft.exchange.weight import admission_weights, compatibility_scores
 from graft.groups import self_train_group
 from graft.seeds import derive_seed
-from graft.tasks.pool import VerifierPool
 from graft.types import Group, Imported, PeerResponse, TrainGroup
+from graft.verify.pool import VerifierPool
 
 if TYPE_CHECKING:
     from graft.backends import Backend

@@ -22,8 +22,8 @@ from graft.exchange.records import Offer, StepInfo
 from graft.groups import make_groups
 from graft.seeds import derive_seed
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
-from graft.tasks.pool import VerifierPool
 from graft.types import Completion, Group, Problem, Rollout, Verdict
+from graft.verify.pool import VerifierPool
 
 NEEDS_SOURCE_LOGPROBS = ("paper", "per_byte")
 SKIP_HINT = "set exchange.skip_damaged_shards=true to train on without it"

@@ -19,8 +19,8 @@ from typing import Any
 from graft.config import SftConfig
 from graft.errors import DataError
 from graft.store import StoreError, TrajectoryStore
-from graft.tasks.pool import VerifierPool
 from graft.types import Problem, Verdict
+from graft.verify.pool import VerifierPool
 
 COLUMNS = (
     "step",

@@ -36,11 +36,11 @@ from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.sft.data import Example, Examples, read_examples
 from graft.tasks import build_task, prompt_batch, run_verifier
-from graft.tasks.pool_ray import open_pool
 from graft.trainer import RunResult
 from graft.training.cost import CostLog, last_cumulative, step_cost
 from graft.training.progress import progress_bar, warn
 from graft.types import PeerResponse, TrainGroup, TrainSequence
+from graft.verify.pool_ray import open_pool
 
 VAL_SUITE = "sft_val"
 """The held-out prompts of the store, as an evaluation suite."""

@@ -1,6 +1,6 @@
 """Tasks: where problems come from, and which verifier judges the answers.
 
-A task has train and test problems and names its verifier (`graft.tasks.verify.VERIFIERS`); the
+A task has train and test problems and names its verifier (`graft.verify.registry.VERIFIERS`); the
 same verifier scores training rollouts and evaluation samples.
 """
 
@@ -67,7 +67,7 @@ def run_verifier(verify: VerifyConfig, task: Task) -> str:
     """The verifier a run scores with: `verify.verifier`, else the task's own, with the answer
     extraction of `verify.extract`; checked to exist (a ConfigError naming the key)."""
     from graft.config import ConfigError
-    from graft.tasks.verify import resolve_verifier, verifier_for_extract
+    from graft.verify.registry import resolve_verifier, verifier_for_extract
 
     try:
         verifier = verifier_for_extract(verify.verifier or task.verifier, verify.extract)

@@ -1,7 +1,8 @@
 """Code problems read from data files, in the usual column layouts, normalized to `CodeTests`.
 
 Layouts, recognized by their columns (one per row, so a file may mix them):
-- graft's own: `prompt`, `tests` (an object or its JSON, `graft.tasks.code`), optional `reference`;
+- graft's own: `prompt`, `tests` (an object or its JSON, `graft.verify.code.verifier`),
+  optional `reference`;
 - MBPP: `text` (or `prompt`), `code`, `test_list` (assert statements), optional
   `test_setup_code`; the entry function is the `def` of `code` that the tests call (without
   one: the one name the tests call that nothing defines, else any such name the response
@@ -43,10 +44,16 @@ from graft.config import CodeDataConfig, ConfigError
 from graft.config.checks import names_a_dataset
 from graft.errors import DataError
 from graft.sandbox import Limits
-from graft.tasks.code import CodeTestError, CodeTests, parse_tests, run_tests, with_prelude
-from graft.tasks.code_blocks import solution_names, top_level_names
 from graft.tasks.math_data import _read_jsonl, read_hub
 from graft.types import Problem
+from graft.verify.code.blocks import solution_names, top_level_names
+from graft.verify.code.verifier import (
+    CodeTestError,
+    CodeTests,
+    parse_tests,
+    run_tests,
+    with_prelude,
+)
 
 LAYOUTS = ("graft", "mbpp", "humaneval", "taco", "livecodebench")
 ID_COLUMNS = ("task_id", "problem_id", "question_id", "id", "name")
@@ -96,7 +103,7 @@ def _json(value: Any) -> Any:
 def _mbpp_entry(tests: list[str], setup: str, code: str | None) -> str:
     """The function MBPP's tests are for: the first the tests call that the reference `code`
     defines; without one, the only name the tests call that nothing defines; else "" (any
-    such name the response defines, `graft.tasks.code.entry_names`)."""
+    such name the response defines, `graft.verify.code.verifier.entry_names`)."""
     for i, test in enumerate(tests):
         if not isinstance(test, str):
             raise CodeTestError(f"tests: test_list[{i}] is not a string")

@@ -2,8 +2,8 @@
 
 Each problem asks for a one-line Python function `f(xs)` over a list of digits, described in a
 short line of words, and is judged by running the answer's program in the sandbox against four
-function-call tests (the `code` verifier, `graft.tasks.code`). A problem is a filter, a map and
-a reducer:
+function-call tests (the `code` verifier, `graft.verify.code.verifier`). A problem is a filter,
+a map and a reducer:
 
     prompt:    f(xs): sum of v*3+1 for odd v
     response:  ```python
@@ -30,10 +30,10 @@ import random
 from dataclasses import dataclass
 
 from graft.config import ConfigError, ListFunctionsConfig
-from graft.tasks.code import CodeTests
 from graft.tasks.code_data import code_verifier
 from graft.tasks.splits import SplitTask
 from graft.types import Problem
+from graft.verify.code.verifier import CodeTests
 
 SKILLS = ("list", "sum")
 TESTS_PER_PROBLEM = 4

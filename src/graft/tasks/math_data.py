@@ -30,9 +30,9 @@ from typing import Any
 from graft.config import MathDataConfig
 from graft.config.lib import expand_user
 from graft.errors import DataError
-from graft.tasks.answer import last_boxed
 from graft.tasks.splits import SplitTask
 from graft.types import Problem
+from graft.verify.math.answer import last_boxed
 
 FIXTURE_PATH = Path(__file__).resolve().parents[1] / "data" / "math_fixture.jsonl"
 _FILE_SUFFIXES = (".jsonl", ".parquet")

@@ -14,8 +14,8 @@ from typing import Any
 
 from graft.config import Config, to_dict
 from graft.store import Provenance, StoreWriter, group_rows
-from graft.tasks.verify import CODE_VERIFIERS, verifier_version
 from graft.types import Group
+from graft.verify.registry import CODE_VERIFIERS, verifier_version
 
 PACKAGES = ("graft-rl", "torch", "transformers", "tokenizers", "pyarrow", "math-verify", "numpy")
 

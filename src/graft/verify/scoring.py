@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from graft.tasks.pool import VerifierPool
 from graft.types import Rollout, Verdict
+from graft.verify.pool import VerifierPool
 
 
 def verify_rollouts(

@@ -3,8 +3,8 @@
 A reward must not go to a box the response does not stand by. The rules judge classes, not phrases:
 what follows the final box decides, read a sentence at a time (sentences end at `.`, `!`, `?`, `;`,
 `:`, `。` or a line break; never inside a number), with a small closed vocabulary in a few languages
-(`graft.tasks.commitment_words`): evaluation words (wrong / right, negation flipping them, the last
-one of a sentence deciding: `this looks wrong, but it is correct`), uncertainty words,
+(`graft.verify.math.commitment_words`): evaluation words (wrong / right, negation flipping them,
+the last one of a sentence deciding: `this looks wrong, but it is correct`), uncertainty words,
 counterfactual markers and words that go back on an answer. An unknown phrasing of a correction
 is caught by what it states, not by its words.
 
@@ -48,9 +48,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from graft.tasks import commitment_words as W
-from graft.tasks.answer import BOX_COMMAND, box_at, final_boxes
-from graft.tasks.forms import UNITS
+from graft.verify.math import commitment_words as W
+from graft.verify.math.answer import BOX_COMMAND, box_at, final_boxes
+from graft.verify.math.forms import UNITS
 
 APPROXIMATELY = "\\approx "
 """Prefix of a value that the text gives as an approximation, for `same`."""

@@ -1,7 +1,7 @@
-"""The closed vocabulary of `graft.tasks.commitment`: evaluation words (wrong / right), negation,
-uncertainty, counterfactual markers and words that go back on an answer, in English and in the
-languages a policy drifts into most (French, German, Spanish, Italian, Portuguese, Russian), with
-phrases of languages written without spaces (Chinese, Japanese) matched as substrings.
+"""The closed vocabulary of `graft.verify.math.commitment`: evaluation words (wrong / right),
+negation, uncertainty, counterfactual markers and words that go back on an answer, in English and
+in the languages a policy drifts into most (French, German, Spanish, Italian, Portuguese, Russian),
+with phrases of languages written without spaces (Chinese, Japanese) matched as substrings.
 
 The rules judge classes, not phrases; these sets only say which words carry which meaning.
 """

@@ -10,7 +10,7 @@ The deadline of an item is `timeout_s`, except for the built-in code verifiers (
 `timeout_s` and the problem's time budget (`code_time_budget_s`). Workers report the CPU seconds
 each chunk cost (`cpu_s`: theirs, their children's and their sandboxed programs'). The scheduling
 here is the same for every transport: local worker processes (`LocalTransport`, the default) or
-Ray actors (`graft.tasks.pool_ray`, which also holds `open_pool`, a run's pool of either kind).
+Ray actors (`graft.verify.pool_ray`, which also holds `open_pool`, a run's pool of either kind).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from graft.tasks.pool_worker import LOADING, READY, worker_loop
-from graft.tasks.verify import CODE_VERIFIERS, VERIFIERS, _check_name
 from graft.types import Verdict
+from graft.verify.pool_worker import LOADING, READY, worker_loop
+from graft.verify.registry import CODE_VERIFIERS, VERIFIERS, _check_name
 
 _START_LIMIT_S = 60.0
 """Limit on starting a worker, and on importing a verifier's modules."""
@@ -46,10 +46,10 @@ _BUDGET_CACHE = 4096
 
 
 def code_time_budget_s(gold: str) -> float:
-    """The wall clock a code problem's tests may take together: `graft.tasks.code.time_budget_s`
-    where it exists, else one sandbox wall-clock limit per test plus 2 s; 0 for tests that do
-    not parse (the verifier scores those `error` at once)."""
-    from graft.tasks import code
+    """The wall clock a code problem's tests may take together:
+    `graft.verify.code.verifier.time_budget_s` where it exists, else one sandbox wall-clock limit
+    per test plus 2 s; 0 for tests that do not parse (the verifier scores those `error` at once)."""
+    from graft.verify.code import verifier as code
 
     try:
         tests = code.parse_tests(gold)

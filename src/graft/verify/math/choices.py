@@ -1,14 +1,16 @@
 """Verdicts of boxes judged against a list: a choice against the options the question lists
-(`graft.tasks.problem_text.options`), and values joined by "or" against a gold that is the set of
-them. Each returns None when its form is not involved, and the verifier goes on."""
+(`graft.verify.math.problem_text.options`), and values joined by "or" against a gold that is
+the set of them. Each returns None when its form is not involved, and the verifier goes on."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from graft.tasks import forms
-from graft.tasks.math_values import (
+from graft.types import Verdict
+from graft.verify.math import forms
+from graft.verify.math.problem_text import options
+from graft.verify.math.values import (
     _math,
     differ,
     joint_answer,
@@ -16,8 +18,6 @@ from graft.tasks.math_values import (
     parse_answer,
     same_value,
 )
-from graft.tasks.problem_text import options
-from graft.types import Verdict
 
 _DETAIL_CHARS = 300
 

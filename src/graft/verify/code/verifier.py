@@ -26,7 +26,7 @@ helper functions) that the candidate's program starts with, as HumanEval's own h
 are the prompt's own, whatever the response redefines). `stdout_bytes` (0: the sandbox's
 default) caps what one run may print and send on its result channels.
 
-The program is chosen among the response's fenced Python blocks (`graft.tasks.code_blocks`): the
+The program is chosen among the response's fenced Python blocks (`graft.verify.code.blocks`): the
 last that defines the entry function (usage examples, `>>>` transcripts and ```bash/```text/
 ```output blocks are never run; a final fence left open still counts); a response without one
 is `no_answer`. The reward is 1 only when every test passes; the share of tests passed goes to
@@ -44,8 +44,8 @@ from typing import Any
 from graft.sandbox import IsolationError, Limits, call_in_sandbox, run_sandboxed
 from graft.sandbox.asserts import run_asserts
 from graft.sandbox.calls import judge_calls
-from graft.tasks.code_blocks import choose_program, solution_names
 from graft.types import Verdict
+from graft.verify.code.blocks import choose_program, solution_names
 
 FORMS = ("call", "stdio", "assert")
 LIMITS = Limits(wall_s=4.0, cpu_s=3)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graft.config.lib import ConfigError
-from graft.tasks.pool import _START_LIMIT_S, VerifierPool
-from graft.tasks.pool_worker import LOADING, READY, Chunk, Done, load, run_chunk
-from graft.tasks.verify import Verifier
+from graft.verify.pool import _START_LIMIT_S, VerifierPool
+from graft.verify.pool_worker import LOADING, READY, Chunk, Done, load, run_chunk
+from graft.verify.registry import Verifier
 
 CPUS_PER_WORKER = 1
 """CPUs each verifier actor reserves."""

@@ -1,6 +1,6 @@
 """Values of math answers: parsing a gold or an answer whole, and comparing two values exactly
 (rationals, tuples, sets, intervals, clock times, elided sequences) or, for a decimal gold given
-to a few significant figures, after rounding. The rules are `graft.tasks.verify`'s docstring."""
+to a few significant figures, after rounding. The rules are `graft.verify.registry`'s docstring."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from functools import cache, lru_cache
 from types import SimpleNamespace
 from typing import Any
 
-from graft.tasks import forms
+from graft.verify.math import forms
 
 # Exact powers are computed only up to this many bits; larger ones are compared by value.
 _MAX_EXACT_BITS = 1 << 20
@@ -31,7 +31,7 @@ def _math() -> SimpleNamespace:
 
     # It warns once per process that its SIGALRM timeout is off; that is deliberate here.
     grader.TIMEOUT_WARNING_SHOWN = True
-    # Units are split off by graft.tasks.forms.split_unit, which never eats a variable; the
+    # Units are split off by graft.verify.math.forms.split_unit, which never eats a variable; the
     # normalizer's own unit stripping reads trailing letters as units (1/m t -> 1/m).
     config = dataclasses.replace(LatexExtractionConfig().normalization_config, units=False)
     return SimpleNamespace(
@@ -63,9 +63,9 @@ def parse_latex(text: str) -> Any:
 
 @lru_cache(maxsize=4096)
 def parse_answer(text: str) -> Any:
-    """Parse a gold or an answer: the forms of `graft.tasks.forms` first, then LaTeX as a whole.
-    Cached per process (sympy values are immutable): a gold is parsed once for its whole group,
-    and a box once for both the commitment rules and the verdict."""
+    """Parse a gold or an answer: the forms of `graft.verify.math.forms` first, then LaTeX as a
+    whole. Cached per process (sympy values are immutable): a gold is parsed once for its whole
+    group, and a box once for both the commitment rules and the verdict."""
     text = forms.split_unit(forms.rewrite(text))[0]
     clock = forms.clock_time(text)
     if clock is not None:

@@ -6,7 +6,7 @@ response that never committed to an answer. `last_boxed` never falls back to an 
 boxes (`\\boxed{1}, \\boxed{2}`); `answer_line` is the opt-in fallback for responses without a
 box (`verify.extract: answer_line`); `final_number` accepts only a bare integer after the last `=`.
 
-Whether the text around the final box takes it back is `graft.tasks.commitment`'s business;
+Whether the text around the final box takes it back is `graft.verify.math.commitment`'s business;
 `offers_alternatives` finds a hedge inside one box (`\\boxed{4 \\text{ or } 5}`).
 """
 

@@ -7,7 +7,7 @@ and resolved inside the workers.
 
 `verify_math` is stricter than math-verify 0.9.0 used as is (each point is a trap observed there,
 pinned by a test in tests/test_verify.py):
-- the answer is the content of the LAST closed `\\boxed{}` (`graft.tasks.answer.last_boxed`);
+- the answer is the content of the LAST closed `\\boxed{}` (`graft.verify.math.answer.last_boxed`);
   no box, or an unclosed last box, is `no_answer`, never "the last number in the text" or an
   earlier box;
 - gold and answer are each parsed WHOLE as LaTeX (math-verify's normalisation, then latex2sympy2):
@@ -23,24 +23,25 @@ pinned by a test in tests/test_verify.py):
   matrices, percentages) goes to `math_verify.verify`, with its SIGALRM timeout disabled: the pool
   enforces the time limit by killing the worker process;
 - a final answer written as several adjacent boxes (`\\boxed{1}, \\boxed{2}, \\boxed{3}`,
-  `graft.tasks.answer.final_boxes`) is judged as a whole: as a tuple (in order) when the gold is a
-  tuple or a pair, as a set when the gold is a set; against any other gold, boxes that do not all
-  hold the same value are a hedge and `wrong`, even when the last box is right;
-- forms the LaTeX parser misreads are read first (`graft.tasks.forms`): e-notation, NumPy-style
-  golds, trailing periods, `\\mathrm{e}`, clock times, sequences with an ellipsis, thin-space
-  thousands, `\\varnothing`, `√`, degrees, repeating decimals, AMC choices with their value;
-- the answer must be committed to (`graft.tasks.commitment`): a hedge inside the box, beside it
-  or after it (uncertainty, an unfinished sentence, another value offered as possible, another
-  box with another value offered with it) is `wrong/hedge`; a box taken back by the text after it
-  (called wrong, another value stated as the answer or set against it, `let me redo this` left
-  unresolved) is `no_answer/retracted`. An earlier box the response corrected (`wait`, `no`,
+  `graft.verify.math.answer.final_boxes`) is judged as a whole: as a tuple (in order) when the
+  gold is a tuple or a pair, as a set when the gold is a set; against any other gold, boxes that do
+  not all hold the same value are a hedge and `wrong`, even when the last box is right;
+- forms the LaTeX parser misreads are read first (`graft.verify.math.forms`): e-notation,
+  NumPy-style golds, trailing periods, `\\mathrm{e}`, clock times, sequences with an ellipsis,
+  thin-space thousands, `\\varnothing`, `√`, degrees, repeating decimals, AMC choices with their
+  value;
+- the answer must be committed to (`graft.verify.math.commitment`): a hedge inside the box,
+  beside it or after it (uncertainty, an unfinished sentence, another value offered as possible,
+  another box with another value offered with it) is `wrong/hedge`; a box taken back by the text
+  after it (called wrong, another value stated as the answer or set against it, `let me redo this`
+  left unresolved) is `no_answer/retracted`. An earlier box the response corrected (`wait`, `no`,
   a draft inside `<think>`, a later "Final Answer") is superseded: the last committed box counts;
   a list joined by "or" inside one box (`3 \\text{ or } -3`) is a hedge, except against a gold
   that is the set of those values;
-- with the problem text (`graft.tasks.problem_text`): a box that only copies an expression of
+- with the problem text (`graft.verify.math.problem_text`): a box that only copies an expression of
   the question (`\\frac{12}{18}` for "Simplify $\\frac{12}{18}$"), or, when the question asks to
   evaluate or simplify, leaves work undone that the gold does not (`\\sqrt{25 \\cdot 2}`,
-  `\\log_2 64`, an unreduced fraction: `graft.tasks.unevaluated`) is `no_answer/other`; a unit
+  `\\log_2 64`, an unreduced fraction: `graft.verify.math.unevaluated`) is `no_answer/other`; a unit
   other than the one the question asks for is `wrong/unit`; a choice whose value is not that
   option's value in the question (`\\text{(B) } 14` where (B) is 12) is wrong;
 - a choice letter gold (`B`) accepts the choice with its value (`\\text{(B) } 12`,
@@ -61,7 +62,7 @@ pinned by a test in tests/test_verify.py):
   when its left side is a variable or the asked quantity (`8 = 7` is `wrong/equation` for 7).
 
 `verify_math_answer_line` (config `verify.extract: answer_line`) also reads responses without a
-box, from an "answer is X" / "Answer: X" last line (`graft.tasks.answer.answer_line`).
+box, from an "answer is X" / "Answer: X" last line (`graft.verify.math.answer.answer_line`).
 `verdict_reason` names why a verdict is not `correct`, for the `verdict/<category>/<reason>`
 metrics.
 """
@@ -75,11 +76,19 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from graft.tasks import forms
-from graft.tasks.answer import answer_line, final_boxes, final_number, offers_alternatives
-from graft.tasks.choices import judge_choice, judge_or_list
-from graft.tasks.commitment import APPROXIMATELY, commitment
-from graft.tasks.math_values import (
+from graft.types import VERDICT_CATEGORIES, Verdict
+from graft.verify.math import forms
+from graft.verify.math.answer import answer_line, final_boxes, final_number, offers_alternatives
+from graft.verify.math.choices import judge_choice, judge_or_list
+from graft.verify.math.commitment import APPROXIMATELY, commitment
+from graft.verify.math.problem_text import (
+    asked_units,
+    asks_for,
+    asks_to_evaluate,
+    restates_problem,
+)
+from graft.verify.math.unevaluated import leftover_work
+from graft.verify.math.values import (
     _is_number,
     _math,
     joint_answer,
@@ -90,14 +99,6 @@ from graft.tasks.math_values import (
     same_value,
     unit_of,
 )
-from graft.tasks.problem_text import (
-    asked_units,
-    asks_for,
-    asks_to_evaluate,
-    restates_problem,
-)
-from graft.tasks.unevaluated import leftover_work
-from graft.types import VERDICT_CATEGORIES, Verdict
 
 Verifier = Callable[..., Verdict]
 """`(response, gold, problem="") -> Verdict`. The problem text is the task-level prompt; a
@@ -316,8 +317,8 @@ CODE_VERDICT_REASONS: dict[str, tuple[str, ...]] = {
     "no_answer": ("no_code_block",),
     "error": ("unusable_tests", "no_sandbox", "check_error", "other"),
 }
-"""The reasons of the code verifiers' verdicts (`graft.tasks.code`); a program past its wall
-clock is the category `timeout`; `check_error`: the problem's check itself failed (a NameError
+"""The reasons of the code verifiers' verdicts (`graft.verify.code.verifier`); a program past its
+wall clock is the category `timeout`; `check_error`: the problem's check itself failed (a NameError
 or ImportError of its own, a setup that raised), whatever the program did."""
 
 
@@ -359,15 +360,15 @@ def verdict_counts(verdicts: Iterable[Verdict], verifier: str = "") -> dict[str,
 
 
 def verify_code(response: str, gold: str, problem: str = "") -> Verdict:
-    """The code verifier (`graft.tasks.code.verify_code`), imported when first used."""
-    from graft.tasks.code import verify_code as run
+    """The code verifier (`graft.verify.code.verifier.verify_code`), imported when first used."""
+    from graft.verify.code.verifier import verify_code as run
 
     return run(response, gold, problem)
 
 
 def verify_code_unsafe_local(response: str, gold: str, problem: str = "") -> Verdict:
     """The code verifier without isolation (`task.code.sandbox: unsafe_local`)."""
-    from graft.tasks.code import verify_code_unsafe_local as run
+    from graft.verify.code.verifier import verify_code_unsafe_local as run
 
     return run(response, gold, problem)
 
@@ -377,9 +378,11 @@ VERIFIERS: dict[str, Verifier] = {
     "final_number": verify_final_number,
     "code": verify_code,
     "code_unsafe_local": verify_code_unsafe_local,
+    "math_answer_line": verify_math_answer_line,
 }
 _VERSIONS = {
     "math": "graft-strict-4",
+    "math_answer_line": "graft-strict-4",
     "final_number": "1",
     "code": "graft-sandbox-1",
     "code_unsafe_local": "graft-unsafe-local-1",
@@ -398,7 +401,9 @@ def _check_name(name: str) -> tuple[str, str]:
 
 
 EXTRACTIONS = ("boxed", "answer_line")
-_ANSWER_LINE_VERIFIER = "graft.tasks.verify:verify_math_answer_line"
+_ANSWER_LINE_VERIFIER = "math_answer_line"
+LEGACY_NAMES = {"graft.tasks.verify:verify_math_answer_line": "math_answer_line"}
+"""Names a verifier was recorded under before it had a built-in one (stores, configs)."""
 
 
 def verifier_for_extract(name: str, extract: str) -> str:
@@ -417,6 +422,7 @@ def verifier_for_extract(name: str, extract: str) -> str:
 
 def resolve_verifier(name: str) -> Verifier:
     """The verifier function called `name` (built-in name or import path)."""
+    name = LEGACY_NAMES.get(name, name)
     if name in VERIFIERS:
         return VERIFIERS[name]
     module_name, attr = _check_name(name)
@@ -428,7 +434,8 @@ def resolve_verifier(name: str) -> Verifier:
 
 def verifier_version(name: str) -> str:
     """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-4"."""
-    if name == "math":
+    name = LEGACY_NAMES.get(name, name)
+    if name in ("math", "math_answer_line"):
         return f"math-verify=={importlib.metadata.version('math-verify')};{_VERSIONS[name]}"
     if name in VERIFIERS:
         return f"{name};{_VERSIONS[name]}"

@@ -1,6 +1,6 @@
-"""The worker side of the verifier pool (`graft.tasks.pool`): load verifiers, verify a chunk of
+"""The worker side of the verifier pool (`graft.verify.pool`): load verifiers, verify a chunk of
 items, and count the CPU seconds the chunk cost. A local worker process runs `worker_loop`; a Ray
-actor (`graft.tasks.pool_ray`) calls `run_chunk` directly."""
+actor (`graft.verify.pool_ray`) calls `run_chunk` directly."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 
 from graft.procutil import die_with_parent
-from graft.tasks.verify import Verifier, _clip, _error, _math, resolve_verifier, verify_math
 from graft.types import VERDICT_CATEGORIES, Verdict
+from graft.verify.registry import Verifier, _clip, _error, _math, resolve_verifier, verify_math
 
 READY, LOADING = "ready", "loading"
 """A worker's messages besides a chunk's verdicts: started (or done importing), importing."""

@@ -12,7 +12,7 @@
   expression (`\\frac{\\sqrt{3}}{2}` from "which is larger, $\\frac{\\sqrt{3}}{2}$ or $0.8$?") is
   not rewarded.
 - `asks_to_evaluate`: the question asks to evaluate or simplify (then a box that leaves work
-  undone is no answer: `graft.tasks.unevaluated`); `asks_for`: an equation's left side is the
+  undone is no answer: `graft.verify.math.unevaluated`); `asks_for`: an equation's left side is the
   quantity the question asks for (`a + b = 7` for "Find $a + b$"); `options`: the options of a
   multiple-choice question, by letter.
 - `asked_units`: the units a question asks for (`in meters`, `how many seconds`), so that a value
@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from math import gcd
 
-from graft.tasks.forms import UNITS, choice_letter, rewrite, split_unit
+from graft.verify.math.forms import UNITS, choice_letter, rewrite, split_unit
 
 _MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _NOISE = re.compile(r"\\left|\\right|\\displaystyle|\\limits|\s+|\$")

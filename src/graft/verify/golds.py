@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from graft.errors import DataError
-from graft.tasks.pool import VerifierPool
-from graft.tasks.verify import VERIFIERS, verifier_for_extract
 from graft.types import Problem
+from graft.verify.pool import VerifierPool
+from graft.verify.registry import VERIFIERS, verifier_for_extract
 
 CHECKED_VERIFIERS = (*VERIFIERS, verifier_for_extract("math", "answer_line"))
 _SHOWN = 3
