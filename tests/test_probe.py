@@ -206,7 +206,7 @@ def test_bad_arguments_end_in_one_line(tmp_path, capsys):
 
 
 def test_signal_counts_and_warning_by_hand():
-    from graft.training.signal import SignalLog, step_counts
+    from graft.rundir.signal import SignalLog, step_counts
 
     metrics = {
         "m/a/groups/all_fail_frac": 0.5,

@@ -29,14 +29,14 @@ from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.checkpoints import refuse_unresumable
 from graft.rundir.phases import PhaseClock
+from graft.rundir.progress import progress_bar, reward_postfix, say, warn
+from graft.rundir.recorder import Recorder
+from graft.rundir.signal import SignalLog, run_summary
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
 from graft.training.contrast import Budget, settle
 from graft.training.cost import CostLog, last_cumulative, step_cost
-from graft.training.progress import progress_bar, reward_postfix, say, warn
-from graft.training.recorder import Recorder
-from graft.training.signal import SignalLog, run_summary
 from graft.types import Group, Rollout, TrainGroup
 from graft.verify.golds import check_golds, require_golds, usable_problems
 from graft.verify.pool_ray import open_pool

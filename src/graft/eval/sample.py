@@ -134,7 +134,7 @@ def _task_name(task: Any) -> str:
 def provenance_meta(cfg: Config, run_id: str, sample: dict[str, Any]) -> dict[str, Any]:
     """The store's run metadata of a sampling: a run's (config, versions, commit) and what was
     sampled."""
-    from graft.training.recorder import run_metadata
+    from graft.rundir.recorder import run_metadata
 
     return {**run_metadata(cfg, run_id), "sample": sample}
 

@@ -32,13 +32,13 @@ from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, read_metrics, run_then_close, write_json, write_summary
 from graft.rundir.book import RunBook, where_it_stands
+from graft.rundir.progress import progress_bar, warn
 from graft.rundir.trackers import check_trackers, open_trackers
 from graft.seeds import derive_seed
 from graft.sft.data import Example, Examples, read_examples
 from graft.tasks import build_task, prompt_batch, run_verifier
 from graft.trainer import RunResult
 from graft.training.cost import CostLog, last_cumulative, step_cost
-from graft.training.progress import progress_bar, warn
 from graft.types import PeerResponse, TrainGroup, TrainSequence
 from graft.verify.pool_ray import open_pool
 
