@@ -13,7 +13,6 @@ from graft.verify.math.answer import answer_line, final_boxes
 from graft.verify.math.forms import ClockTime, clock_time, rewrite
 from graft.verify.registry import (
     VERDICT_REASONS,
-    verdict_reason,
     verify_math,
     verify_math_answer_line,
 )
@@ -79,7 +78,7 @@ def test_several_boxes_are_one_answer(response, gold, category):
 def test_hedge_over_several_boxes_is_wrong_even_when_the_last_is_right(response):
     verdict = verify_math(response, "5")
     assert verdict.category == "wrong"
-    assert verdict_reason(verdict) == "several_boxes"
+    assert verdict.reason == "several_boxes"
 
 
 # ---------------------------------------------------------------------------- gold forms
@@ -255,14 +254,29 @@ def test_answer_line_extraction_is_opt_in():
         (verify_math("\\boxed{4}", "5"), "one_answer"),
         (verify_math("\\boxed{4}, \\boxed{5}", "5"), "several_boxes"),
         (verify_math("\\boxed{5}", "5"), ""),
-        (Verdict("timeout", "over 5 s"), ""),
-        (Verdict("error", "ZeroDivisionError: x"), "other"),
+        (verify_math("\\boxed{x}", "5", "Find y."), "one_answer"),
     ],
 )
 def test_verdict_reasons(verdict, reason):
-    assert verdict_reason(verdict) == reason
+    assert verdict.reason == reason
     if reason:
         assert reason in VERDICT_REASONS[verdict.category]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "counted"),
+    [
+        (Verdict("wrong", "off by one"), "one_answer"),
+        (Verdict("error", "ZeroDivisionError: x"), "other"),
+        (Verdict("no_answer", "hedge: 4"), "other"),  # a plug-in's detail is never read
+        (Verdict("wrong", "hedge: 4", "hedge"), "hedge"),
+        (Verdict("wrong", "", "made_up"), "one_answer"),
+    ],
+)
+def test_a_plug_in_verdict_without_a_known_reason_counts_under_its_category(verdict, counted):
+    from graft.verify.registry import counted_reason
+
+    assert counted_reason(verdict, VERDICT_REASONS) == counted
 
 
 def test_verdict_counts_split_every_category_by_reason():

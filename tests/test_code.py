@@ -309,17 +309,16 @@ def test_what_the_compiler_warns_about_a_candidate_stays_off_the_trainers_consol
 # ------------------------------------------------------- the check's own failures are not wrong
 @needs_sandbox
 def test_a_name_error_inside_the_check_is_a_check_error_not_a_wrong_answer():
-    from graft.verify.code.verifier import code_reason
     from graft.verify.registry import verdict_counts
 
     gold = _asserting("assert f(1) == helper_from_nowhere.VALUE", "assert f(2) == 2")
     verdict = verify_code(block("def f(x):\n    return x"), gold)
     assert verdict.category == "error" and verdict.detail.startswith("check error: NameError")
-    assert code_reason(verdict) == "check_error"
+    assert verdict.reason == "check_error"
     assert verdict_counts([verdict], "code")["verdict/error/check_error"] == 1
     importing = _asserting("import module_that_is_not_there\nassert f(1) == 1")
     verdict = verify_code(block("def f(x):\n    return x"), importing)
-    assert code_reason(verdict) == "check_error" and "ModuleNotFoundError" in verdict.detail
+    assert verdict.reason == "check_error" and "ModuleNotFoundError" in verdict.detail
     # the candidate's own NameError stays the candidate's
     alone = _asserting("assert f(2) == 2")
     verdict = verify_code(block("def f(x):\n    return undefined_name"), alone)

@@ -50,7 +50,7 @@ WANT = [
     (1, "T/0", "correct", ""),
     (2, 7, "wrong", "wrong"),
     (3, "p-3", "timeout", "timeout"),
-    (4, None, "no_answer", "no_answer"),
+    (4, None, "no_answer", "no_code_block"),
     (5, 2, "correct", ""),
 ]
 

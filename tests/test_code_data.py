@@ -129,7 +129,7 @@ def test_graft_code_audit_writes_one_verdict_per_row(tmp_path, capsys):
     assert [(g["row"], g["verdict"], g["reason"]) for g in got] == [
         (1, "correct", ""),
         (2, "wrong", "wrong"),
-        (3, "no_answer", "no_answer"),
+        (3, "no_answer", "no_code_block"),
         (4, "timeout", "timeout"),
         (5, "correct", ""),
     ]

@@ -6,7 +6,7 @@ on its own, and there must be none."""
 
 import pytest
 
-from graft.verify.registry import VERDICT_REASONS, verdict_reason, verify_math
+from graft.verify.registry import VERDICT_REASONS, verify_math
 
 B = "\\boxed"
 
@@ -163,7 +163,7 @@ def _label(case):
 def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
     _, response, gold, category, reason = case
     verdict = verify_math(response, gold)
-    assert (verdict.category, verdict_reason(verdict)) == (category, reason), verdict
+    assert (verdict.category, verdict.reason) == (category, reason), verdict
     if reason:
         assert reason in VERDICT_REASONS[category]
 

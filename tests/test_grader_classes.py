@@ -9,7 +9,7 @@ must stay as they are beside the ones that change."""
 
 import pytest
 
-from graft.verify.registry import VERDICT_REASONS, verdict_reason, verify_math
+from graft.verify.registry import VERDICT_REASONS, verify_math
 
 B = "\\boxed"
 R = ("no_answer", "retracted")
@@ -419,7 +419,7 @@ def _label(case):
 def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
     _, response, gold, problem, (category, reason) = case
     verdict = verify_math(response, gold, problem)
-    assert (verdict.category, verdict_reason(verdict)) == (category, reason), verdict
+    assert (verdict.category, verdict.reason) == (category, reason), verdict
     if reason:
         assert reason in VERDICT_REASONS[category]
 

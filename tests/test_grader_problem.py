@@ -9,7 +9,7 @@ import pytest
 
 from graft.types import Completion, Problem, Rollout
 from graft.verify.pool import VerifierPool
-from graft.verify.registry import VERDICT_REASONS, verdict_reason, verify_final_number, verify_math
+from graft.verify.registry import VERDICT_REASONS, verify_final_number, verify_math
 from graft.verify.scoring import verify_rollouts
 
 B = "\\boxed"
@@ -268,7 +268,7 @@ def _label(case):
 def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
     _, response, gold, problem, category, reason = case
     verdict = verify_math(response, gold, problem)
-    assert (verdict.category, verdict_reason(verdict)) == (category, reason), verdict
+    assert (verdict.category, verdict.reason) == (category, reason), verdict
     if reason:
         assert reason in VERDICT_REASONS[category]
 

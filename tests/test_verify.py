@@ -96,7 +96,7 @@ def test_final_number(text, expected):
 
 def test_verify_final_number_categories():
     assert verify_final_number("12+30=42", "42") == Verdict("correct", "42")
-    assert verify_final_number("41", "42") == Verdict("wrong", "41")
+    assert verify_final_number("41", "42") == Verdict("wrong", "41", "one_answer")
     assert verify_final_number("-042", "-42").category == "correct"
     assert verify_final_number("the answer is 42", "42").category == "no_answer"
     assert verify_final_number("42", "forty-two").category == "error"
@@ -244,7 +244,7 @@ def test_verify_math_other_answers(answer, gold, category):
 
 def test_verify_math_details():
     assert verify_math("\\boxed{5}", "5") == Verdict("correct", "5")
-    assert verify_math("\\boxed{}", "5") == Verdict("no_answer", "empty")
+    assert verify_math("\\boxed{}", "5") == Verdict("no_answer", "empty", "empty_box")
     assert "no closed" in verify_math("5", "5").detail
     assert "unparseable gold" in verify_math("\\boxed{5}", "\\frac{1}{2").detail
 

@@ -56,7 +56,17 @@ class Verdict:
 
     category: VerdictCategory
     detail: str = ""
-    """Why: extracted answer, parse failure, exception text, ..."""
+    """What it saw: extracted answer, parse failure, exception text, ... (for people)."""
+    reason: str = ""
+    """Why it is not correct, as a name from its verifier's closed set
+    (`graft.verify.registry.VERDICT_REASONS`, `CODE_VERDICT_REASONS`); "" when correct. A
+    plug-in verifier may leave it empty: its wrong verdicts count under the first reason of
+    `wrong`, its others under `other` (`graft.verify.registry.counted_reason`)."""
+
+    @classmethod
+    def judged(cls, right: bool, detail: str = "", reason: str = "one_answer") -> Verdict:
+        """`correct`, or else `wrong` for `reason`."""
+        return cls("correct", detail) if right else cls("wrong", detail, reason)
 
     @property
     def correct(self) -> bool:

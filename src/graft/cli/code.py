@@ -197,8 +197,6 @@ def _records(verdicts: Iterable[tuple[int, Any]], rows: list[AuditRow]) -> Itera
     """One record per verdict as it arrives, with a progress bar."""
     from tqdm import tqdm
 
-    from graft.verify.code.verifier import code_reason
-
     with tqdm(total=len(rows), desc="audit", unit="row", leave=False) as bar:
         for i, verdict in verdicts:
             bar.update(1)
@@ -206,6 +204,6 @@ def _records(verdicts: Iterable[tuple[int, Any]], rows: list[AuditRow]) -> Itera
                 "row": rows[i].row,
                 "id": rows[i].id,
                 "verdict": verdict.category,
-                "reason": code_reason(verdict),
+                "reason": verdict.reason,
                 "detail": verdict.detail,
             }

@@ -339,7 +339,10 @@ class VerifierPool:
             if len(w.chunk) == 1:
                 name = items[w.chunk[0]][0]
                 done.append(
-                    (w.chunk[0], Verdict("error", f"verifier worker died ({how}) on {name!r}"))
+                    (
+                        w.chunk[0],
+                        Verdict("error", f"verifier worker died ({how}) on {name!r}", "other"),
+                    )
                 )
             else:
                 alone.extend(w.chunk)
@@ -352,8 +355,8 @@ class VerifierPool:
         else:
             verdicts, cpu_s = message
             self.cpu_s += cpu_s
-            for i, (category, detail) in zip(w.chunk, verdicts, strict=True):
-                done.append((i, Verdict(category, detail)))
+            for i, (category, detail, reason) in zip(w.chunk, verdicts, strict=True):
+                done.append((i, Verdict(category, detail, reason)))
             name, per_item = items[w.chunk[0]][0], (now - w.sent) / len(w.chunk)
             self._cost[name] = 0.7 * self._cost.get(name, per_item) + 0.3 * per_item
             w.chunk = ()
@@ -381,7 +384,7 @@ class VerifierPool:
             self._cost[name] = max(self._cost.get(name, 0.0), w.limit)
             if len(w.chunk) == 1:
                 why = f"no verdict in {w.limit:g} s ({name!r}); worker killed"
-                done.append((w.chunk[0], Verdict("timeout", why)))
+                done.append((w.chunk[0], Verdict("timeout", why, "timeout")))
             else:
                 alone.extend(w.chunk)
             self._replace(w)

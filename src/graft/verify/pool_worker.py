@@ -73,7 +73,7 @@ def load(name: str) -> Verifier | Exception:
 
 def run_one(fn: Verifier | Exception, name: str, response: str, gold: str, problem: str) -> Verdict:
     if isinstance(fn, Exception):
-        return Verdict("error", _clip(f"cannot load verifier {name!r}: {fn}"))
+        return Verdict("error", _clip(f"cannot load verifier {name!r}: {fn}"), "other")
     try:
         verdict = fn(response, gold, problem)
     except Exception as exc:
@@ -82,8 +82,11 @@ def run_one(fn: Verifier | Exception, name: str, response: str, gold: str, probl
         isinstance(verdict, Verdict)
         and verdict.category in VERDICT_CATEGORIES
         and isinstance(verdict.detail, str)
+        and isinstance(verdict.reason, str)
     ):
-        return Verdict("error", _clip(f"verifier {name!r} returned {verdict!r}, not a Verdict"))
+        return Verdict(
+            "error", _clip(f"verifier {name!r} returned {verdict!r}, not a Verdict"), "other"
+        )
     return verdict
 
 
@@ -115,7 +118,7 @@ def run_chunk(
             if say is not None:
                 say(READY)
         verdict = run_one(loaded[name], name, response, gold, problem)
-        out.append((verdict.category, _clip(verdict.detail)))
+        out.append((verdict.category, _clip(verdict.detail), verdict.reason))
     return out, max(0.0, cpu_seconds() - start)
 
 

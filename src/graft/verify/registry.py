@@ -63,8 +63,9 @@ pinned by a test in tests/test_verify.py):
 
 `verify_math_answer_line` (config `verify.extract: answer_line`) also reads responses without a
 box, from an "answer is X" / "Answer: X" last line (`graft.verify.math.answer.answer_line`).
-`verdict_reason` names why a verdict is not `correct`, for the `verdict/<category>/<reason>`
-metrics.
+Every verdict that is not `correct` names its reason (`Verdict.reason`, one of `VERDICT_REASONS`),
+set where the verdict is made; the `verdict/<category>/<reason>` metrics count those names and
+never read the detail text.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def _clip(text: str, limit: int = _DETAIL_CHARS) -> str:
 
 
 def _error(exc: BaseException) -> Verdict:
-    return Verdict("error", _clip(f"{type(exc).__name__}: {exc}"))
+    return Verdict("error", _clip(f"{type(exc).__name__}: {exc}"), "other")
 
 
 # ---------------------------------------------------------------------------- final_number
@@ -124,11 +125,13 @@ def _error(exc: BaseException) -> Verdict:
 def verify_final_number(response: str, gold: str, problem: str = "") -> Verdict:
     """Exact integer match of `final_number(response)` against an integer gold."""
     if not _INTEGER.fullmatch(gold.strip()):
-        return Verdict("error", _clip(f"gold answer {gold!r} is not an integer"))
+        return Verdict(
+            "error", _clip(f"gold answer {gold!r} is not an integer"), "unparseable_gold"
+        )
     answer = final_number(response)
     if answer is None:
-        return Verdict("no_answer", "")
-    return Verdict("correct" if int(answer) == int(gold) else "wrong", answer)
+        return Verdict("no_answer", "", "other")
+    return Verdict.judged(int(answer) == int(gold), answer)
 
 
 # ---------------------------------------------------------------------------- math
@@ -167,7 +170,7 @@ def _names_a_quantity(lhs: Any) -> bool:
 def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str) -> Verdict:
     """Verdict of the final answer given as one or several boxes (see the module docstring)."""
     if not all(boxes):
-        return Verdict("no_answer", "empty")
+        return Verdict("no_answer", "empty", "empty_box")
     if len(boxes) == 1:
         if _is_number(gold_expr):
             boxes = (forms.unit_letter(boxes[0]),)  # `0.02m` for 0.02: m is a unit
@@ -179,24 +182,26 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str
         try:
             parsed.append(parse_answer(answer))
         except Exception as exc:
-            return Verdict("no_answer", _clip(f"unparseable answer {answer!r}: {exc}"))
+            return Verdict(
+                "no_answer", _clip(f"unparseable answer {answer!r}: {exc}"), "unparseable_answer"
+            )
     if len(parsed) == 1:
         flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], unit_of(gold), problem)
         if flaw:
-            return Verdict("wrong", _clip(f"{flaw}: {boxes[0]}"))
+            return Verdict("wrong", _clip(f"{flaw}: {boxes[0]}"), flaw)
         answer = boxes[0]
         right = math_equal(gold_expr, parsed[0]) or rounds_to_gold(
             gold, gold_expr, parsed[0], answer
         )
         undone = _left_undone(answer, gold, problem) if right else ""
         if undone:
-            return Verdict("no_answer", _clip(f"{_UNEVALUATED}({undone}): {answer}"))
-        return Verdict("correct" if right else "wrong", _clip(answer))
+            return Verdict("no_answer", _clip(f"{_UNEVALUATED}({undone}): {answer}"), "other")
+        return Verdict.judged(right, _clip(answer))
     detail = _clip(_SEVERAL_BOXES + " | ".join(boxes))
     pair = joint_answer(gold_expr, parsed)
     if pair is None:
-        return Verdict("wrong", detail)
-    return Verdict("correct" if math_equal(*pair) else "wrong", detail)
+        return Verdict("wrong", detail, "several_boxes")
+    return Verdict.judged(math_equal(*pair), detail, "several_boxes")
 
 
 def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdict | None:
@@ -204,9 +209,9 @@ def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdi
     None when the box is none of these."""
     if offers_alternatives(box):  # in words, parseable or not
         listed = judge_or_list(gold_expr, box)
-        return listed if listed is not None else Verdict("wrong", _clip(f"hedge: {box}"))
+        return listed if listed is not None else Verdict("wrong", _clip(f"hedge: {box}"), "hedge")
     if restates_problem(box, problem, same_value):
-        return Verdict("no_answer", _clip(f"{_RESTATED}{box}"))
+        return Verdict("no_answer", _clip(f"{_RESTATED}{box}"), "other")
     choice = judge_choice(gold, box, problem)
     if choice is not None:
         return choice
@@ -217,11 +222,13 @@ def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdi
     try:
         values = [parse_answer(v) for v in named]
     except Exception as exc:
-        return Verdict("no_answer", _clip(f"unparseable answer {box!r}: {exc}"))
+        return Verdict(
+            "no_answer", _clip(f"unparseable answer {box!r}: {exc}"), "unparseable_answer"
+        )
     pair = joint_answer(gold_expr, values)
     if pair is None:
-        return Verdict("wrong", _clip(box))
-    return Verdict("correct" if math_equal(*pair) else "wrong", _clip(box))
+        return Verdict("wrong", _clip(box), "one_answer")
+    return Verdict.judged(math_equal(*pair), _clip(box))
 
 
 _SEVERAL_BOXES = "several boxes: "
@@ -247,24 +254,30 @@ def _verify_math(response: str, gold: str, problem: str, *, extract: str) -> Ver
         try:
             gold_expr = parse_answer(gold)
         except Exception as exc:
-            return Verdict("error", _clip(f"unparseable gold answer {gold!r}: {exc}"))
+            return Verdict(
+                "error", _clip(f"unparseable gold answer {gold!r}: {exc}"), "unparseable_gold"
+            )
         sympy = _math().sympy
         if isinstance(gold_expr, sympy.Basic) and gold_expr.has(sympy.zoo, sympy.nan):
-            return Verdict("error", _clip(f"gold answer {gold!r} is undefined ({gold_expr})"))
+            return Verdict(
+                "error",
+                _clip(f"gold answer {gold!r} is undefined ({gold_expr})"),
+                "unparseable_gold",
+            )
         boxes = final_boxes(response)
         if boxes is None and extract == "answer_line":
             line = answer_line(response)
             if line is None:
-                return Verdict("no_answer", _NO_BOX + " and no answer line")
+                return Verdict("no_answer", _NO_BOX + " and no answer line", "no_box")
             boxes = (line,)
         elif boxes is not None:
             taken_back = commitment(response, same_as(boxes, APPROXIMATELY))
             if taken_back.kind == "retracted":
-                return Verdict("no_answer", _clip(f"retracted: {taken_back.why}"))
+                return Verdict("no_answer", _clip(f"retracted: {taken_back.why}"), "retracted")
             if taken_back.kind == "hedge":
-                return Verdict("wrong", _clip(f"hedge: {taken_back.why}"))
+                return Verdict("wrong", _clip(f"hedge: {taken_back.why}"), "hedge")
         if boxes is None:
-            return Verdict("no_answer", _NO_BOX)
+            return Verdict("no_answer", _NO_BOX, "no_box")
         return _judge_boxes(gold_expr, boxes, gold, problem)
     except Exception as exc:
         return _error(exc)
@@ -282,33 +295,12 @@ def verify_math_answer_line(response: str, gold: str, problem: str = "") -> Verd
     return _verify_math(response, gold, problem, extract="answer_line")
 
 
-def verdict_reason(verdict: Verdict) -> str:
-    """Why a verdict is not `correct`, as one of `VERDICT_REASONS[category]`; "" otherwise."""
-    detail = verdict.detail
-    if verdict.category == "no_answer":
-        if detail.startswith(_NO_BOX):
-            return "no_box"
-        if detail.startswith("retracted: "):
-            return "retracted"
-        if detail == "empty":
-            return "empty_box"
-        return "unparseable_answer" if detail.startswith("unparseable answer") else "other"
-    if verdict.category == "error":
-        gold_problem = ("unparseable gold", "gold answer")
-        return "unparseable_gold" if detail.startswith(gold_problem) else "other"
-    if verdict.category == "wrong":
-        for reason in ("hedge", "equation", "unit"):
-            if detail.startswith(f"{reason}: "):
-                return reason
-        return "several_boxes" if detail.startswith(_SEVERAL_BOXES) else "one_answer"
-    return ""
-
-
 VERDICT_REASONS: dict[str, tuple[str, ...]] = {
     "wrong": ("one_answer", "several_boxes", "hedge", "equation", "unit"),
     "no_answer": ("no_box", "empty_box", "unparseable_answer", "retracted", "other"),
     "error": ("unparseable_gold", "other"),
 }
+"""The math verifiers' reasons, by category (what `Verdict.reason` names)."""
 
 
 CODE_VERIFIERS = ("code", "code_unsafe_local")
@@ -318,24 +310,25 @@ CODE_VERDICT_REASONS: dict[str, tuple[str, ...]] = {
     "error": ("unusable_tests", "no_sandbox", "check_error", "other"),
 }
 """The reasons of the code verifiers' verdicts (`graft.verify.code.verifier`); a program past its
-wall clock is the category `timeout`; `check_error`: the problem's check itself failed (a NameError
-or ImportError of its own, a setup that raised), whatever the program did."""
+wall clock is the category `timeout` (its reason `timeout`); `check_error`: the problem's check
+itself failed (a NameError or ImportError of its own, a setup that raised), whatever the program
+did."""
 
 
-def code_verdict_reason(verdict: Verdict) -> str:
-    """Why a code verdict is not `correct`, as one of `CODE_VERDICT_REASONS[category]`."""
-    detail = verdict.detail
-    if verdict.category == "wrong":
-        reason = detail.split(":", 1)[0]
-        return reason if reason in CODE_VERDICT_REASONS["wrong"] else "wrong"
-    if verdict.category == "no_answer":
-        return "no_code_block"
-    if verdict.category == "error":
-        for reason in ("unusable_tests", "no_sandbox", "check_error"):
-            if detail.startswith(reason.replace("_", " ") + ":"):
-                return reason
-        return "other"
-    return ""
+def reasons_of(verifier: str) -> dict[str, tuple[str, ...]]:
+    """The closed set of reasons a verifier's verdicts name, by category."""
+    return CODE_VERDICT_REASONS if verifier in CODE_VERIFIERS else VERDICT_REASONS
+
+
+def counted_reason(verdict: Verdict, reasons: dict[str, tuple[str, ...]]) -> str:
+    """The reason a verdict is counted under: its own; for a plug-in's verdict without one, its
+    category's first reason when wrong, `other` (where the category has one) otherwise."""
+    names = reasons.get(verdict.category, ())
+    if verdict.reason in names or not names:
+        return verdict.reason
+    if verdict.category == "wrong" or "other" not in names:
+        return names[0]
+    return "other"
 
 
 def verdict_counts(verdicts: Iterable[Verdict], verifier: str = "") -> dict[str, float]:
@@ -343,12 +336,9 @@ def verdict_counts(verdicts: Iterable[Verdict], verifier: str = "") -> dict[str,
     `VERDICT_REASONS`, or `CODE_VERDICT_REASONS` for a code verifier (every key present, zeros
     included, so that curves line up)."""
     verdicts = list(verdicts)
-    code = verifier in CODE_VERIFIERS
-    table, why = (
-        (CODE_VERDICT_REASONS, code_verdict_reason) if code else (VERDICT_REASONS, verdict_reason)
-    )
+    table = reasons_of(verifier)
     categories = Counter(v.category for v in verdicts)
-    reasons = Counter((v.category, why(v)) for v in verdicts)
+    reasons = Counter((v.category, counted_reason(v, table)) for v in verdicts)
     out = {f"verdict/{c}": float(categories.get(c, 0)) for c in VERDICT_CATEGORIES}
     for category, names in table.items():
         for reason in names:

@@ -333,32 +333,20 @@ def verify_code(response: str, gold: str, problem: str = "", *, unsafe: bool = F
     try:
         tests = parse_tests(gold)
     except CodeTestError as err:
-        return Verdict("error", f"unusable tests: {err}")
+        return Verdict("error", f"unusable tests: {err}", "unusable_tests")
     program = program_of(response, tests)
     if program is None:
-        return Verdict("no_answer", "no fenced Python block")
+        return Verdict("no_answer", "no fenced Python block", "no_code_block")
     try:
         run = run_tests(program, tests, unsafe=unsafe)
     except IsolationError as err:
-        return Verdict("error", f"no sandbox: {err}")
+        return Verdict("error", f"no sandbox: {err}", "no_sandbox")
     detail = f"passed {run.share:.0%} of {len(tests)} tests"
     if run.passed:
         return Verdict("correct", detail)
     if run.reason == "sandbox_error":
-        return Verdict("error", f"no sandbox: {run.detail}")
+        return Verdict("error", f"no sandbox: {run.detail}", "no_sandbox")
     if run.reason == "check_error":
-        return Verdict("error", f"check error: {run.detail}: {detail}")
-    return Verdict("timeout" if run.reason == "timeout" else "wrong", f"{run.reason}: {detail}")
-
-
-def code_reason(verdict: Verdict) -> str:
-    """Why a code verdict is not `correct`: timeout, memory, output_limit, runtime_error, wrong,
-    no_answer, check_error (the check itself failed: a NameError or ImportError of its own, a
-    setup that raised), or error (unusable tests, no sandbox); "" when correct."""
-    if verdict.correct:
-        return ""
-    if verdict.category == "error" and verdict.detail.startswith("check error:"):
-        return "check_error"
-    if verdict.category in ("no_answer", "error"):
-        return verdict.category
-    return verdict.detail.split(":", 1)[0]
+        return Verdict("error", f"check error: {run.detail}: {detail}", "check_error")
+    category = "timeout" if run.reason == "timeout" else "wrong"
+    return Verdict(category, f"{run.reason}: {detail}", run.reason)

@@ -35,7 +35,9 @@ def judge_choice(gold: str, box: str, problem: str) -> Verdict | None:
     listed = options(problem)
     letter, value = forms.choice_letter(box), forms.choice_value(box)
     if letter in listed and value is not None and differ(value, listed[letter]):
-        return Verdict("wrong", clip(f"({letter}) is {listed[letter]}, not {value}: {box}"))
+        return Verdict(
+            "wrong", clip(f"({letter}) is {listed[letter]}, not {value}: {box}"), "one_answer"
+        )
     wanted = forms.choice_letter(gold, whole=True)
     if wanted is None:
         return None
@@ -44,7 +46,7 @@ def judge_choice(gold: str, box: str, problem: str) -> Verdict | None:
         letter = matching[0] if len(matching) == 1 else None
     if letter is None:
         return None
-    return Verdict("correct" if letter == wanted else "wrong", clip(box))
+    return Verdict.judged(letter == wanted, clip(box))
 
 
 _OR = re.compile(r"\\text\{\s*(?:or|either)\s*\}|\\(?:lor|vee)(?![A-Za-z])|\b(?:or|either)\b")
@@ -71,7 +73,9 @@ def judge_or_list(gold_expr: Any, box: str) -> Verdict | None:
         try:
             values.append(parse_answer(named.group(1) if named else part))
         except Exception as exc:
-            return Verdict("no_answer", clip(f"unparseable answer {box!r}: {exc}"))
+            return Verdict(
+                "no_answer", clip(f"unparseable answer {box!r}: {exc}"), "unparseable_answer"
+            )
     pair = joint_answer(gold_expr, values)
     right = pair is not None and math_equal(*pair)
-    return Verdict("correct" if right else "wrong", clip(box))
+    return Verdict.judged(right, clip(box))
