@@ -19,7 +19,7 @@ _BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {
 def burn(response: str, gold: str, problem: str) -> Verdict:
     """Spend KNOWN_S CPU seconds; then the arithmetic verifier's verdict (training goes on)."""
     from graft.verify.code.verifier import verify_code
-    from graft.verify.registry import verify_final_number
+    from graft.verify.math.grader import verify_final_number
 
     start = time.process_time()
     while time.process_time() - start < SELF_S:

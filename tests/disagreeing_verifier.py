@@ -2,7 +2,7 @@
 stored-peer re-verification has rewards to change (loaded by import path in verifier workers)."""
 
 from graft.types import Verdict
-from graft.verify.registry import verify_final_number
+from graft.verify.math.grader import verify_final_number
 
 
 def inverted(response: str, gold: str) -> Verdict:

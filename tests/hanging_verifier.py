@@ -34,9 +34,37 @@ def not_a_verdict(response: str, gold: str) -> object:
 
 def hang_on_seven(response: str, gold: str) -> Verdict:
     """The arithmetic verifier, except that a response ending in 7 hangs forever."""
-    from graft.verify.registry import verify_final_number
+    from graft.verify.math.grader import verify_final_number
 
     if response.strip().endswith("7"):
         while True:
             time.sleep(0.05)
     return verify_final_number(response, gold)
+
+
+class Spelling:
+    """A verifier object with its own kind, reasons and version (the `Verifier` protocol)."""
+
+    def __init__(self) -> None:
+        self.name, self.version = "spelling", "spelling;2"
+        self.reasons = {"wrong": ("american",), "no_answer": ("empty",)}
+
+    @property
+    def kind(self):
+        from graft.verify.registry import VerifierKind
+
+        return VerifierKind.TEXT
+
+    def time_budget(self, gold: str) -> float:
+        return 60.0
+
+    def prepare(self) -> None:
+        return None
+
+    def __call__(self, response: str, gold: str, problem: str = "") -> Verdict:
+        if not response:
+            return Verdict("no_answer", "", "empty")
+        return Verdict.judged(response == gold, response, "american")
+
+
+SPELLING = Spelling()

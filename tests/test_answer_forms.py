@@ -11,11 +11,7 @@ import pytest
 from graft.types import Verdict
 from graft.verify.math.answer import answer_line, final_boxes
 from graft.verify.math.forms import ClockTime, clock_time, rewrite
-from graft.verify.registry import (
-    VERDICT_REASONS,
-    verify_math,
-    verify_math_answer_line,
-)
+from graft.verify.math.grader import MATH_REASONS, verify_math, verify_math_answer_line
 
 
 def judge(response: str, gold: str) -> str:
@@ -260,7 +256,7 @@ def test_answer_line_extraction_is_opt_in():
 def test_verdict_reasons(verdict, reason):
     assert verdict.reason == reason
     if reason:
-        assert reason in VERDICT_REASONS[verdict.category]
+        assert reason in MATH_REASONS[verdict.category]
 
 
 @pytest.mark.parametrize(
@@ -276,7 +272,7 @@ def test_verdict_reasons(verdict, reason):
 def test_a_plug_in_verdict_without_a_known_reason_counts_under_its_category(verdict, counted):
     from graft.verify.registry import counted_reason
 
-    assert counted_reason(verdict, VERDICT_REASONS) == counted
+    assert counted_reason(verdict, MATH_REASONS) == counted
 
 
 def test_verdict_counts_split_every_category_by_reason():
@@ -297,6 +293,6 @@ def test_verdict_counts_split_every_category_by_reason():
     assert counts["verdict/no_answer/empty_box"] == 0
     assert counts["verdict/wrong/several_boxes"] == 1
     assert counts["verdict/correct"] == 1 and counts["verdict/timeout"] == 1
-    for category, reasons in VERDICT_REASONS.items():
+    for category, reasons in MATH_REASONS.items():
         total = sum(counts[f"verdict/{category}/{r}"] for r in reasons)
         assert total == counts[f"verdict/{category}"]

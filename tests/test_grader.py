@@ -6,7 +6,7 @@ on its own, and there must be none."""
 
 import pytest
 
-from graft.verify.registry import VERDICT_REASONS, verify_math
+from graft.verify.math.grader import MATH_REASONS, verify_math
 
 B = "\\boxed"
 
@@ -165,7 +165,7 @@ def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
     verdict = verify_math(response, gold)
     assert (verdict.category, verdict.reason) == (category, reason), verdict
     if reason:
-        assert reason in VERDICT_REASONS[category]
+        assert reason in MATH_REASONS[category]
 
 
 def test_no_false_positive_and_enough_cases_in_every_class():

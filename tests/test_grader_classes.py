@@ -9,7 +9,7 @@ must stay as they are beside the ones that change."""
 
 import pytest
 
-from graft.verify.registry import VERDICT_REASONS, verify_math
+from graft.verify.math.grader import MATH_REASONS, verify_math
 
 B = "\\boxed"
 R = ("no_answer", "retracted")
@@ -421,7 +421,7 @@ def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
     verdict = verify_math(response, gold, problem)
     assert (verdict.category, verdict.reason) == (category, reason), verdict
     if reason:
-        assert reason in VERDICT_REASONS[category]
+        assert reason in MATH_REASONS[category]
 
 
 def test_no_false_positive_and_no_false_negative_in_any_class():

@@ -8,8 +8,8 @@ through the pool and the scoring path too."""
 import pytest
 
 from graft.types import Completion, Problem, Rollout
+from graft.verify.math.grader import MATH_REASONS, verify_final_number, verify_math
 from graft.verify.pool import VerifierPool
-from graft.verify.registry import VERDICT_REASONS, verify_final_number, verify_math
 from graft.verify.scoring import verify_rollouts
 
 B = "\\boxed"
@@ -270,7 +270,7 @@ def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
     verdict = verify_math(response, gold, problem)
     assert (verdict.category, verdict.reason) == (category, reason), verdict
     if reason:
-        assert reason in VERDICT_REASONS[category]
+        assert reason in MATH_REASONS[category]
 
 
 def test_no_false_positive_and_no_false_negative():

@@ -32,7 +32,7 @@ from graft.rollout import SamplingParams
 from graft.rundir import read_metrics
 from graft.tasks.arithmetic import ArithmeticTask
 from graft.training.policy import PolicySpec
-from graft.verify.registry import verify_final_number
+from graft.verify.math.grader import verify_final_number
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "graft_tiny.yaml"
 PROBLEMS = ArithmeticTask(ArithmeticConfig(num_train=64, num_test=0)).train_problems()[:16]

@@ -14,7 +14,7 @@ from graft.config import MathDataConfig, TaskConfig
 from graft.errors import DataError
 from graft.tasks import build_task
 from graft.tasks.math_data import FIXTURE_PATH, MathTask
-from graft.verify.registry import verify_math
+from graft.verify.math.grader import verify_math
 
 SUFFIX = MathDataConfig().suffix
 

@@ -137,7 +137,7 @@ def test_cross_tokenizer_transfer_between_the_real_models(gguf_paths):
     from graft.rollout import SamplingParams
     from graft.tasks.math_data import MathTask
     from graft.training.policy import PolicySpec
-    from graft.verify.registry import verify_math
+    from graft.verify.math.grader import verify_math
 
     problems = MathTask(MathDataConfig(train=str(FIXTURE))).train_problems()[6:7]  # 3x + 7 = 22
     rollout = RolloutConfig(prompts_per_step=1, group_size=4, max_new_tokens=256)

@@ -22,8 +22,8 @@ from graft.config import MathDataConfig, TaskConfig  # noqa: E402
 from graft.errors import DataError  # noqa: E402
 from graft.eval.suites import BENCHMARKS, GROUPS, load_suites  # noqa: E402
 from graft.verify.golds import check_golds  # noqa: E402
+from graft.verify.math.grader import verify_math  # noqa: E402
 from graft.verify.pool import VerifierPool  # noqa: E402
-from graft.verify.registry import verify_math  # noqa: E402
 
 LONG = "A star of radius R emits as a black body at temperature T. " * 6
 

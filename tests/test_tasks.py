@@ -5,7 +5,7 @@ import pytest
 from graft.config import ArithmeticConfig, ConfigError
 from graft.tasks import prompt_batch
 from graft.tasks.arithmetic import ArithmeticTask, parse_skill, solution
-from graft.verify.registry import verify_final_number
+from graft.verify.math.grader import verify_final_number
 
 
 @pytest.mark.parametrize(

@@ -14,14 +14,9 @@ import pytest
 
 from graft.types import Verdict
 from graft.verify.math.answer import final_number, last_boxed
+from graft.verify.math.grader import verify_final_number, verify_math
 from graft.verify.pool import VerifierPool
-from graft.verify.registry import (
-    VERIFIERS,
-    resolve_verifier,
-    verifier_version,
-    verify_final_number,
-    verify_math,
-)
+from graft.verify.registry import VERIFIERS, resolve_verifier, verifier_version
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 if TESTS_DIR not in sys.path:  # workers import plug-ins from the parent's sys.path
@@ -253,27 +248,59 @@ def test_verify_math_details():
 
 
 def test_registry_and_versions():
-    from graft.verify.registry import verify_math_answer_line
+    from graft.verify.math.grader import verify_math_answer_line
+    from graft.verify.registry import PlugInVerifier, VerifierKind
 
     assert {
         "math": verify_math,
         "final_number": verify_final_number,
         "math_answer_line": verify_math_answer_line,
-    } == {k: v for k, v in VERIFIERS.items() if not k.startswith("code")}
+    } == {k: v.check for k, v in VERIFIERS.items() if not v.kind.runs_code}
+    assert {k for k, v in VERIFIERS.items() if v.kind.runs_code} == {"code", "code_unsafe_local"}
+    assert VERIFIERS["code"].kind is VerifierKind.SANDBOXED
     # the name stores and configs held before the answer-line grader had a built-in one
-    assert resolve_verifier("graft.tasks.verify:verify_math_answer_line") is verify_math_answer_line
+    legacy = resolve_verifier("graft.tasks.verify:verify_math_answer_line")
+    assert legacy is VERIFIERS["math_answer_line"]
     assert verifier_version("graft.tasks.verify:verify_math_answer_line").endswith("graft-strict-4")
     assert verifier_version("code") == "code;graft-sandbox-1"
-    assert resolve_verifier("math") is verify_math
+    assert resolve_verifier("math") is VERIFIERS["math"]
     import hanging_verifier
 
-    assert resolve_verifier(PLUGIN) is hanging_verifier.check
+    plug_in = resolve_verifier(PLUGIN)
+    assert isinstance(plug_in, PlugInVerifier) and plug_in.fn is hanging_verifier.check
+    assert plug_in("7", "7").correct and plug_in.time_budget("7") == 0.0  # two arguments
     assert verifier_version("math") == "math-verify==0.9.0;graft-strict-4"
     assert verifier_version("final_number") == "final_number;1"
     assert verifier_version(PLUGIN) == f"{PLUGIN};unversioned"
     for bad in ("nonsense", "module:", ":function", "a.b:not-an-identifier"):
         with pytest.raises(ValueError, match="unknown verifier"):
             verifier_version(bad)
+
+
+def test_a_plug_in_object_brings_its_own_kind_reasons_and_budget():
+    """An object that follows the Verifier protocol is used as it is: its reasons name the
+    verdict counts, its version goes to the store and its time budget sets the pool's deadline
+    only when it is built in (a plug-in's deadline is verify.timeout_s)."""
+    from graft.verify.registry import Verifier, verdict_counts
+
+    judge = resolve_verifier("hanging_verifier:SPELLING")
+    assert isinstance(judge, Verifier) and judge.version == "spelling;2"
+    verdicts = [judge(r, "colour") for r in ("colour", "color", "")]
+    assert [v.reason for v in verdicts] == ["", "american", "empty"]
+    counts = verdict_counts(verdicts, "hanging_verifier:SPELLING")
+    assert counts["verdict/wrong/american"] == 1 and counts["verdict/no_answer/empty"] == 1
+    assert "verdict/wrong/one_answer" not in counts  # the math vocabulary is not its own
+
+
+def test_the_pool_gives_a_built_in_verifier_its_time_budget():
+    from graft.verify.code.verifier import CodeTests, gold_time_budget_s
+    from graft.verify.pool import VerifierPool
+
+    gold = CodeTests("stdio", stdin=("",) * 5, stdout=("1",) * 5).to_gold()
+    with VerifierPool(workers=1, timeout_s=1.0) as small:
+        assert small._limit(("code", "r", gold, "")) == gold_time_budget_s(gold) > 5 * 4.0
+        assert small._limit(("final_number", "r", gold, "")) == 1.0
+        assert small._limit((PLUGIN, "r", gold, "")) == 1.0
 
 
 # ---------------------------------------------------------------------------- pool

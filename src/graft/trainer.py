@@ -40,6 +40,7 @@ from graft.training.cost import CostLog, last_cumulative, step_cost
 from graft.types import Group, Rollout, TrainGroup
 from graft.verify.golds import check_golds, require_golds, usable_problems
 from graft.verify.pool_ray import open_pool
+from graft.verify.registry import VerifierKind, resolve_verifier
 from graft.verify.scoring import verify_rollouts
 
 
@@ -77,7 +78,7 @@ class Trainer:
                 if val.name not in {s.name for s in self.eval_suites}:
                     self.eval_suites.append(val)
         self.verifier = run_verifier(cfg.verify, self.task)
-        if self.verifier == "code":  # programs run in the sandbox: say once what it enforces
+        if resolve_verifier(self.verifier).kind is VerifierKind.SANDBOXED:  # say what it enforces
             from graft.sandbox.doctor import tier_line
 
             print(tier_line(), file=sys.stderr)

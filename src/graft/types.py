@@ -24,6 +24,8 @@ VERDICT_CATEGORIES: tuple[VerdictCategory, ...] = (
 )
 FinishReason = Literal["stop", "length"]
 Objective = Literal["pg", "luffy", "sft", "unclipped"]
+DETAIL_CHARS = 300
+"""A verdict's detail is one line of at most this many characters (`clip_detail`)."""
 
 
 def problem_id(prompt: str, gold: str) -> str:
@@ -50,6 +52,12 @@ class Problem:
             object.__setattr__(self, "id", problem_id(self.prompt, self.gold))
 
 
+def clip_detail(text: str, limit: int = DETAIL_CHARS) -> str:
+    """One line of at most `limit` characters (parser messages span lines with a caret)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The verifier's judgement of one response."""
@@ -59,14 +67,20 @@ class Verdict:
     """What it saw: extracted answer, parse failure, exception text, ... (for people)."""
     reason: str = ""
     """Why it is not correct, as a name from its verifier's closed set
-    (`graft.verify.registry.VERDICT_REASONS`, `CODE_VERDICT_REASONS`); "" when correct. A
-    plug-in verifier may leave it empty: its wrong verdicts count under the first reason of
-    `wrong`, its others under `other` (`graft.verify.registry.counted_reason`)."""
+    (the verifier's `reasons`: `graft.verify.math.grader.MATH_REASONS`,
+    `graft.verify.code.verifier.CODE_REASONS`); "" when correct. A plug-in verifier may leave it
+    empty: its wrong verdicts count under the first reason of `wrong`, its others under `other`
+    (`graft.verify.registry.counted_reason`)."""
 
     @classmethod
     def judged(cls, right: bool, detail: str = "", reason: str = "one_answer") -> Verdict:
         """`correct`, or else `wrong` for `reason`."""
         return cls("correct", detail) if right else cls("wrong", detail, reason)
+
+    @classmethod
+    def raised(cls, exc: BaseException) -> Verdict:
+        """The `error` of a verifier that raised `exc`."""
+        return cls("error", clip_detail(f"{type(exc).__name__}: {exc}"), "other")
 
     @property
     def correct(self) -> bool:

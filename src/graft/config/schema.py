@@ -61,14 +61,15 @@ class RunConfig:
 class VerifyConfig:
     verifier: str = ""
     """Verifier instead of the task's own: a built-in name (`math`, `final_number`) or an import
-    path `package.module:function` taking (response, gold, problem) and returning a graft
-    Verdict (one taking (response, gold) gets no problem text)."""
+    path `package.module:name` of a function taking (response, gold, problem) and returning a
+    graft Verdict (one taking (response, gold) gets no problem text), or of an object that
+    follows graft.verify.registry.Verifier."""
     workers: int = 2
     """Verifier worker processes (with run.backend ray: Ray actors of one CPU each)."""
     timeout_s: float = 5.0
     """Hard per-response time limit; a worker past it is killed, the response scored `timeout`.
-    The code verifiers get the larger of this and the problem's time budget (each test is its
-    own sandboxed run: graft.verify.pool.code_time_budget_s)."""
+    A built-in verifier with a time budget gets the larger of this and the problem's budget
+    (the code verifiers: each test is its own sandboxed run, verify.code.verifier.time_budget_s)."""
     extract: Literal["boxed", "answer_line"] = "boxed"
     """How the math verifier finds a response's answer: `boxed`, its final `\\boxed{}` (several
     adjacent boxes count as one answer); `answer_line`, also an "answer is X" / "Answer: X" last

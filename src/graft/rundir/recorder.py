@@ -15,7 +15,7 @@ from typing import Any
 from graft.config import Config, to_dict
 from graft.store import Provenance, StoreWriter, group_rows
 from graft.types import Group
-from graft.verify.registry import CODE_VERIFIERS, verifier_version
+from graft.verify.registry import resolve_verifier
 
 PACKAGES = ("graft-rl", "torch", "transformers", "tokenizers", "pyarrow", "math-verify", "numpy")
 
@@ -69,7 +69,8 @@ class Recorder:
         run_id = run_id_for(run_dir)
         self.uri = cfg.store.path or str(run_dir / "trajectories")
         meta = run_metadata(cfg, run_id)
-        if verifier in CODE_VERIFIERS:  # what the sandbox enforced for this run's rewards
+        judge = resolve_verifier(verifier)
+        if judge.kind.runs_code:  # what the sandbox enforced for this run's rewards
             from graft.sandbox.doctor import summary
 
             meta["sandbox"] = summary()
@@ -87,7 +88,7 @@ class Recorder:
                 model_revision=info["model_revision"],
                 tokenizer=info["tokenizer"],
                 verifier=verifier,
-                verifier_version=verifier_version(verifier),
+                verifier_version=judge.version,
                 temperature=r.temperature,
                 top_p=r.top_p,
                 top_k=r.top_k,

@@ -5,12 +5,13 @@ A response past its deadline gets its worker killed (SIGKILL), is scored `timeou
 worker takes the place of the old one; the rest of the batch carries on. Verifier hangs are the most
 common cause of frozen RLVR runs, and SIGALRM-based limits do not work in threads.
 
-The deadline of an item is `timeout_s`, except for the built-in code verifiers (`code`,
-`code_unsafe_local`), which run each test as its own sandboxed program: theirs is the larger of
-`timeout_s` and the problem's time budget (`code_time_budget_s`). Workers report the CPU seconds
-each chunk cost (`cpu_s`: theirs, their children's and their sandboxed programs'). The scheduling
-here is the same for every transport: local worker processes (`LocalTransport`, the default) or
-Ray actors (`graft.verify.pool_ray`, which also holds `open_pool`, a run's pool of either kind).
+The deadline of an item is the larger of `timeout_s` and its built-in verifier's time budget for
+the item's gold (`Verifier.time_budget`: the code verifiers run each test as its own sandboxed
+program, so a problem with more tests gets more time); a plug-in's is `timeout_s`. Workers
+report the CPU seconds each chunk cost (`cpu_s`: theirs, their children's and their sandboxed
+programs'). The scheduling here is the same for every transport: local worker processes
+(`LocalTransport`, the default) or Ray actors (`graft.verify.pool_ray`, which also holds
+`open_pool`, a run's pool of either kind).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Protocol
 
 from graft.types import Verdict
 from graft.verify.pool_worker import LOADING, READY, worker_loop
-from graft.verify.registry import CODE_VERIFIERS, VERIFIERS, _check_name
+from graft.verify.registry import built_in, check_name
 
 _START_LIMIT_S = 60.0
 """Limit on starting a worker, and on importing a verifier's modules."""
@@ -42,23 +43,8 @@ _MAIN_GUARD_HINT = (
 _CHUNK_TARGET_S = 0.01
 _MAX_CHUNK = 64
 _BUDGET_CACHE = 4096
-"""Code time budgets kept per pool (by gold), so a group's responses parse their tests once."""
-
-
-def code_time_budget_s(gold: str) -> float:
-    """The wall clock a code problem's tests may take together:
-    `graft.verify.code.verifier.time_budget_s` where it exists, else one sandbox wall-clock limit
-    per test plus 2 s; 0 for tests that do not parse (the verifier scores those `error` at once)."""
-    from graft.verify.code import verifier as code
-
-    try:
-        tests = code.parse_tests(gold)
-    except code.CodeTestError:
-        return 0.0
-    budget = getattr(code, "time_budget_s", None)
-    if budget is not None:
-        return float(budget(tests))
-    return len(tests) * code.LIMITS.wall_s + 2.0
+"""Time budgets kept per pool (by verifier and gold), so a group's responses parse their tests
+once."""
 
 
 class WorkerGone(Exception):
@@ -221,7 +207,7 @@ class VerifierPool:
         whose worker was killed at its deadline is not counted)."""
         self._transport = transport or LocalTransport()
         self._cost: dict[str, float] = {}  # running mean seconds per item, per verifier name
-        self._budgets: dict[str, float] = {}
+        self._budgets: dict[tuple[str, str], float] = {}
         self._workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, self._transport.stop, self._workers)
         try:
@@ -270,8 +256,7 @@ class VerifierPool:
                 )
         full = [(*item, "") if len(item) == 3 else tuple(item) for item in items]
         for name in {item[0] for item in full}:
-            if name not in VERIFIERS:
-                _check_name(name)
+            check_name(name)
         return self._verdicts(full)
 
     def _verdicts(self, items: Sequence[tuple[str, ...]]) -> Iterator[tuple[int, Verdict]]:
@@ -290,15 +275,15 @@ class VerifierPool:
             raise
 
     def _limit(self, item: tuple[str, ...]) -> float:
-        """An item's time limit: `timeout_s`, or a code problem's time budget when larger."""
-        name, gold = item[0], item[2]
-        if name not in CODE_VERIFIERS:
+        """An item's time limit: `timeout_s`, or its verifier's time budget when larger."""
+        verifier, key = built_in(item[0]), (item[0], item[2])
+        if verifier is None:
             return self.timeout_s
-        if gold not in self._budgets:
+        if key not in self._budgets:
             if len(self._budgets) >= _BUDGET_CACHE:
                 self._budgets.clear()
-            self._budgets[gold] = code_time_budget_s(gold)
-        return max(self.timeout_s, self._budgets[gold])
+            self._budgets[key] = verifier.time_budget(item[2])
+        return max(self.timeout_s, self._budgets[key])
 
     def _next_chunk(self, items: Sequence, todo: deque[int], alone: deque[int]) -> tuple[int, ...]:
         if alone:

@@ -5,7 +5,6 @@ actor (`graft.verify.pool_ray`) calls `run_chunk` directly."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import resource
 import signal
@@ -14,16 +13,16 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 
 from graft.procutil import die_with_parent
-from graft.types import VERDICT_CATEGORIES, Verdict
-from graft.verify.registry import Verifier, _clip, _error, _math, resolve_verifier, verify_math
+from graft.types import VERDICT_CATEGORIES, Verdict, clip_detail
+from graft.verify.registry import Verifier, resolve_verifier
 
 READY, LOADING = "ready", "loading"
 """A worker's messages besides a chunk's verdicts: started (or done importing), importing."""
 
 Chunk = Sequence[tuple[str, str, str, str]]
 """(verifier_name, response, gold, problem) items."""
-Done = tuple[list[tuple[str, str]], float]
-"""A chunk's (category, detail) verdicts and the CPU seconds verifying it cost."""
+Done = tuple[list[tuple[str, str, str]], float]
+"""A chunk's (category, detail, reason) verdicts and the CPU seconds verifying it cost."""
 
 
 def _die_with_parent() -> None:
@@ -45,39 +44,24 @@ def _die_with_parent() -> None:
     die_with_parent()
 
 
-def _takes_problem(fn: Verifier) -> bool:
-    """Does a verifier take the problem text as its third argument (two-argument plug-ins
-    from before the problem was passed do not)?"""
-    try:
-        inspect.signature(fn).bind("", "", "")
-    except TypeError:
-        return False
-    except ValueError:  # no signature (a builtin): call it the current way
-        return True
-    return True
-
-
 def load(name: str) -> Verifier | Exception:
-    """Resolve a verifier and import what it needs (math: sympy and math-verify, ~1 s)."""
+    """Resolve a verifier and import what it needs (`Verifier.prepare`: math loads sympy and
+    math-verify, ~1 s)."""
     try:
-        fn = resolve_verifier(name)
-        if fn is verify_math:
-            _math()
-        if not _takes_problem(fn):
-            two_args = fn
-            return lambda response, gold, problem: two_args(response, gold)
-        return fn
+        verifier = resolve_verifier(name)
+        verifier.prepare()
+        return verifier
     except Exception as exc:
         return exc
 
 
 def run_one(fn: Verifier | Exception, name: str, response: str, gold: str, problem: str) -> Verdict:
     if isinstance(fn, Exception):
-        return Verdict("error", _clip(f"cannot load verifier {name!r}: {fn}"), "other")
+        return Verdict("error", clip_detail(f"cannot load verifier {name!r}: {fn}"), "other")
     try:
         verdict = fn(response, gold, problem)
     except Exception as exc:
-        return _error(exc)
+        return Verdict.raised(exc)
     if not (
         isinstance(verdict, Verdict)
         and verdict.category in VERDICT_CATEGORIES
@@ -85,7 +69,7 @@ def run_one(fn: Verifier | Exception, name: str, response: str, gold: str, probl
         and isinstance(verdict.reason, str)
     ):
         return Verdict(
-            "error", _clip(f"verifier {name!r} returned {verdict!r}, not a Verdict"), "other"
+            "error", clip_detail(f"verifier {name!r} returned {verdict!r}, not a Verdict"), "other"
         )
     return verdict
 
@@ -118,7 +102,7 @@ def run_chunk(
             if say is not None:
                 say(READY)
         verdict = run_one(loaded[name], name, response, gold, problem)
-        out.append((verdict.category, _clip(verdict.detail), verdict.reason))
+        out.append((verdict.category, clip_detail(verdict.detail), verdict.reason))
     return out, max(0.0, cpu_seconds() - start)
 
 

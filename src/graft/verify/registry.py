@@ -1,326 +1,258 @@
-"""Verifiers, and the process pool that runs them under a hard per-response time limit.
+"""Verifiers by name, and what their verdicts are counted under.
 
-A verifier is a function `(response, gold, problem) -> Verdict`, `problem` being the task-level
-prompt text (a plug-in written as `(response, gold)` still works and gets none). The built-in
-ones are named in `VERIFIERS`; any other is named by import path, `"package.module:function"`,
-and resolved inside the workers.
+A verifier turns a response, its problem's gold and the problem's text into a `Verdict`. It
+follows the `Verifier` protocol:
+- `name`, and `version`: the provenance string stored with every rollout it judged;
+- `kind` (`VerifierKind`): whether it runs the response as a program, and how;
+- `reasons`: the closed set of reasons its verdicts name, by category (`Verdict.reason`);
+- `time_budget(gold)`: the wall clock one response against that gold may take (0: none of its
+  own; the pool's deadline is the larger of this and `verify.timeout_s`);
+- `prepare()`: import what it needs, before the pool's clock starts;
+- `__call__(response, gold, problem)`.
 
-`verify_math` is stricter than math-verify 0.9.0 used as is (each point is a trap observed there,
-pinned by a test in tests/test_verify.py):
-- the answer is the content of the LAST closed `\\boxed{}` (`graft.verify.math.answer.last_boxed`);
-  no box, or an unclosed last box, is `no_answer`, never "the last number in the text" or an
-  earlier box;
-- gold and answer are each parsed WHOLE as LaTeX (math-verify's normalisation, then latex2sympy2):
-  the text is read as the content of a `$...$` math environment, so gold `2^{64}` is 2^64, not 2,
-  and `\\pm 2021` is {-2021, 2021}. math-verify's `parse()` is not used, because when the whole
-  fails to parse it retries on fragments (`1 + \\frac{1}{e} \\foo` reads as 1); here anything that
-  does not parse whole is a failure: an unparseable gold is `error` (never reward 1), an
-  unparseable boxed answer is `no_answer`;
-- numbers are compared exactly (rationals, including powers like 2^{-99}) or by relative error of
-  high-precision values: < 1e-30 for exact expressions (sqrt(12) = 2 sqrt(3)), < 1e-9 when a
-  decimal is involved. math-verify rounds to ~6 decimals, so 1e-20 "equals" 1e-21. The same holds
-  for the elements of tuples, sets and intervals of numbers. Everything else (symbols, equations,
-  matrices, percentages) goes to `math_verify.verify`, with its SIGALRM timeout disabled: the pool
-  enforces the time limit by killing the worker process;
-- a final answer written as several adjacent boxes (`\\boxed{1}, \\boxed{2}, \\boxed{3}`,
-  `graft.verify.math.answer.final_boxes`) is judged as a whole: as a tuple (in order) when the
-  gold is a tuple or a pair, as a set when the gold is a set; against any other gold, boxes that do
-  not all hold the same value are a hedge and `wrong`, even when the last box is right;
-- forms the LaTeX parser misreads are read first (`graft.verify.math.forms`): e-notation,
-  NumPy-style golds, trailing periods, `\\mathrm{e}`, clock times, sequences with an ellipsis,
-  thin-space thousands, `\\varnothing`, `√`, degrees, repeating decimals, AMC choices with their
-  value;
-- the answer must be committed to (`graft.verify.math.commitment`): a hedge inside the box,
-  beside it or after it (uncertainty, an unfinished sentence, another value offered as possible,
-  another box with another value offered with it) is `wrong/hedge`; a box taken back by the text
-  after it (called wrong, another value stated as the answer or set against it, `let me redo this`
-  left unresolved) is `no_answer/retracted`. An earlier box the response corrected (`wait`, `no`,
-  a draft inside `<think>`, a later "Final Answer") is superseded: the last committed box counts;
-  a list joined by "or" inside one box (`3 \\text{ or } -3`) is a hedge, except against a gold
-  that is the set of those values;
-- with the problem text (`graft.verify.math.problem_text`): a box that only copies an expression of
-  the question (`\\frac{12}{18}` for "Simplify $\\frac{12}{18}$"), or, when the question asks to
-  evaluate or simplify, leaves work undone that the gold does not (`\\sqrt{25 \\cdot 2}`,
-  `\\log_2 64`, an unreduced fraction: `graft.verify.math.unevaluated`) is `no_answer/other`; a unit
-  other than the one the question asks for is `wrong/unit`; a choice whose value is not that
-  option's value in the question (`\\text{(B) } 14` where (B) is 12) is wrong;
-- a choice letter gold (`B`) accepts the choice with its value (`\\text{(B) } 12`,
-  `12 \\text{ (B)}`, `B: 12`) and the bare value of that option; a tuple gold accepts named
-  components in any order (`y=4, x=3`, `(x, y) = (3, 4)`); an equation whose left side is a
-  function of symbols (`f(x) = 2x+1`) or the quantity the question asks for (`a + b = 7` for
-  "Find $a + b$") is its right side;
-- a decimal gold of three or more significant digits is taken as rounded: an exact answer, or
-  a decimal one with more digits, that rounds to it is right (`\\frac{1}{360000}` for
-  `2.7778e-6`: a relative difference up to half a unit in the gold's last digit,
-  5 * 10^-digits); a decimal answer of three or more digits but fewer than the gold's is right
-  when the gold rounds to it (`6.67 \\times 10^{-11}` for `6.674e-11`);
-- units are split off by `forms.split_unit` (only unit words, never a letter of the expression;
-  math-verify's own unit stripping is off, as it reads `\\frac{1}{m} t` as `\\frac{1}{m}`); two
-  different units are `wrong/unit`; against a gold that is a number, a one-letter unit written
-  against its value (`0.02m`) is a unit too;
-- structure counts: a set never equals a tuple or an interval, and an equation answer counts only
-  when its left side is a variable or the asked quantity (`8 = 7` is `wrong/equation` for 7).
-
-`verify_math_answer_line` (config `verify.extract: answer_line`) also reads responses without a
-box, from an "answer is X" / "Answer: X" last line (`graft.verify.math.answer.answer_line`).
-Every verdict that is not `correct` names its reason (`Verdict.reason`, one of `VERDICT_REASONS`),
-set where the verdict is made; the `verdict/<category>/<reason>` metrics count those names and
-never read the detail text.
+The built-in verifiers are the entries of `VERIFIERS`: a new one adds its function and one
+`BuiltInVerifier` line there. Any other is named by import path, `"package.module:name"`: an
+object that follows the protocol is used as it is; a plain function `(response, gold, problem)`
+(or `(response, gold)`, from before the problem was passed) becomes a `PlugInVerifier`, whose
+verdicts count in the math grader's reasons and whose deadline is `verify.timeout_s`.
 """
 
 from __future__ import annotations
 
+import enum
 import importlib
 import importlib.metadata
-import re
+import inspect
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from graft.types import VERDICT_CATEGORIES, Verdict
-from graft.verify.math import forms
-from graft.verify.math.answer import answer_line, final_boxes, final_number, offers_alternatives
-from graft.verify.math.choices import judge_choice, judge_or_list
-from graft.verify.math.commitment import APPROXIMATELY, commitment
-from graft.verify.math.problem_text import (
-    asked_units,
-    asks_for,
-    asks_to_evaluate,
-    restates_problem,
+from graft.verify.code.verifier import (
+    CODE_REASONS,
+    gold_time_budget_s,
+    verify_code,
+    verify_code_unsafe_local,
 )
-from graft.verify.math.unevaluated import leftover_work
-from graft.verify.math.values import (
-    _is_number,
-    _math,
-    joint_answer,
-    math_equal,
-    parse_answer,
-    rounds_to_gold,
-    same_as,
-    same_value,
-    unit_of,
+from graft.verify.math.grader import (
+    MATH_REASONS,
+    verify_final_number,
+    verify_math,
+    verify_math_answer_line,
 )
+from graft.verify.math.values import _math
 
-Verifier = Callable[..., Verdict]
-"""`(response, gold, problem="") -> Verdict`. The problem text is the task-level prompt; a
-plug-in that takes two arguments `(response, gold)` is called without it."""
-
-_INTEGER = re.compile(r"-?[0-9]+")
-_DETAIL_CHARS = 300
+Reasons = Mapping[str, tuple[str, ...]]
+"""A verifier's reasons: the names `Verdict.reason` may take, by verdict category."""
 
 
-def _clip(text: str, limit: int = _DETAIL_CHARS) -> str:
-    """One line of at most `limit` characters (parser messages span lines with a caret)."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+class VerifierKind(enum.Enum):
+    """What a verifier does with a response."""
+
+    TEXT = "text"
+    """Reads it; runs nothing."""
+    SANDBOXED = "sandboxed"
+    """Runs its program in `graft.sandbox`."""
+    UNSAFE_LOCAL = "unsafe_local"
+    """Runs its program as a plain local process, without isolation."""
+
+    @property
+    def runs_code(self) -> bool:
+        return self is not VerifierKind.TEXT
 
 
-def _error(exc: BaseException) -> Verdict:
-    return Verdict("error", _clip(f"{type(exc).__name__}: {exc}"), "other")
+@runtime_checkable
+class Verifier(Protocol):
+    """A verifier (see the module docstring)."""
+
+    name: str
+    kind: VerifierKind
+    reasons: Reasons
+
+    @property
+    def version(self) -> str: ...
+
+    def time_budget(self, gold: str) -> float: ...
+
+    def prepare(self) -> None: ...
+
+    def __call__(self, response: str, gold: str, problem: str = "") -> Verdict: ...
 
 
-# ---------------------------------------------------------------------------- final_number
+@dataclass(frozen=True)
+class BuiltInVerifier:
+    """A verifier that ships with graft."""
+
+    name: str
+    check: Callable[[str, str, str], Verdict]
+    revision: str
+    """Its own revision, part of `version`: raised whenever a verdict may change."""
+    kind: VerifierKind = VerifierKind.TEXT
+    reasons: Reasons = field(default_factory=lambda: MATH_REASONS)
+    budget: Callable[[str], float] | None = None
+    packages: tuple[str, ...] = ()
+    """Distributions whose versions decide verdicts too; `version` names them."""
+    warm: Callable[[], object] | None = None
+
+    @property
+    def version(self) -> str:
+        pinned = [f"{p}=={importlib.metadata.version(p)}" for p in self.packages]
+        return ";".join([*(pinned or [self.name]), self.revision])
+
+    def time_budget(self, gold: str) -> float:
+        return self.budget(gold) if self.budget is not None else 0.0
+
+    def prepare(self) -> None:
+        if self.warm is not None:
+            self.warm()
+
+    def __call__(self, response: str, gold: str, problem: str = "") -> Verdict:
+        return self.check(response, gold, problem)
 
 
-def verify_final_number(response: str, gold: str, problem: str = "") -> Verdict:
-    """Exact integer match of `final_number(response)` against an integer gold."""
-    if not _INTEGER.fullmatch(gold.strip()):
-        return Verdict(
-            "error", _clip(f"gold answer {gold!r} is not an integer"), "unparseable_gold"
-        )
-    answer = final_number(response)
-    if answer is None:
-        return Verdict("no_answer", "", "other")
-    return Verdict.judged(int(answer) == int(gold), answer)
+_STRICT = "graft-strict-4"
+VERIFIERS: dict[str, BuiltInVerifier] = {
+    v.name: v
+    for v in (
+        BuiltInVerifier("math", verify_math, _STRICT, packages=("math-verify",), warm=_math),
+        BuiltInVerifier(
+            "math_answer_line",
+            verify_math_answer_line,
+            _STRICT,
+            packages=("math-verify",),
+            warm=_math,
+        ),
+        BuiltInVerifier("final_number", verify_final_number, "1"),
+        BuiltInVerifier(
+            "code",
+            verify_code,
+            "graft-sandbox-1",
+            VerifierKind.SANDBOXED,
+            CODE_REASONS,
+            gold_time_budget_s,
+        ),
+        BuiltInVerifier(
+            "code_unsafe_local",
+            verify_code_unsafe_local,
+            "graft-unsafe-local-1",
+            VerifierKind.UNSAFE_LOCAL,
+            CODE_REASONS,
+            gold_time_budget_s,
+        ),
+    )
+}
 
 
-# ---------------------------------------------------------------------------- math
+@dataclass(frozen=True)
+class PlugInVerifier:
+    """A plain function named by import path, as a `Verifier`."""
 
+    name: str
+    fn: Callable[..., Verdict]
+    kind: VerifierKind = VerifierKind.TEXT
+    reasons: Reasons = field(default_factory=lambda: MATH_REASONS)
+    takes_problem: bool = field(init=False)
 
-def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str, problem: str) -> str:
-    """Why one box is wrong whatever its value ("hedge", "equation", "unit"), or "". A box in a
-    unit other than the gold's, or (gold without a unit) other than the one the problem asks
-    for, is wrong."""
-    s = _math().sympy
-    containers = (s.Tuple, s.FiniteSet, s.Interval)
-    several = isinstance(pred, s.FiniteSet | s.Tuple) and len(pred.args) > 1
-    if several and not isinstance(gold, containers):
-        return "hedge"  # `3, 4` or `\\pm 3` for one value
-    m = _math()
-    if isinstance(pred, s.Basic) and m.grader.is_equation(pred) and not m.grader.is_equation(gold):
-        lhs = m.grader.take_last_relation(pred).lhs
-        if not _names_a_quantity(lhs) and not asks_for(box.split("=")[0], problem):
-            return "equation"  # `8 = 7` does not say the asked quantity is 7
-    unit = unit_of(box)
-    wanted = [gold_unit] if gold_unit else asked_units(problem)
-    if unit and wanted and not any(forms.same_unit(unit, w) for w in wanted):
-        return "unit"
-    return ""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "takes_problem", _takes_problem(self.fn))
 
-
-def _names_a_quantity(lhs: Any) -> bool:
-    """Is an equation's left side a name: a symbol, or a function of symbols (`f(x)`)?"""
-    from sympy.core.function import AppliedUndef
-
-    if lhs.is_Symbol:
-        return True
-    return isinstance(lhs, AppliedUndef) and all(a.is_Symbol for a in lhs.args)
-
-
-def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str) -> Verdict:
-    """Verdict of the final answer given as one or several boxes (see the module docstring)."""
-    if not all(boxes):
-        return Verdict("no_answer", "empty", "empty_box")
-    if len(boxes) == 1:
-        if _is_number(gold_expr):
-            boxes = (forms.unit_letter(boxes[0]),)  # `0.02m` for 0.02: m is a unit
-        special = _one_box_special(gold_expr, boxes[0], gold, problem)
-        if special is not None:
-            return special
-    parsed = []
-    for answer in boxes:
+    @property
+    def version(self) -> str:
+        top = self.name.partition(":")[0].split(".")[0]
         try:
-            parsed.append(parse_answer(answer))
-        except Exception as exc:
-            return Verdict(
-                "no_answer", _clip(f"unparseable answer {answer!r}: {exc}"), "unparseable_answer"
-            )
-    if len(parsed) == 1:
-        flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], unit_of(gold), problem)
-        if flaw:
-            return Verdict("wrong", _clip(f"{flaw}: {boxes[0]}"), flaw)
-        answer = boxes[0]
-        right = math_equal(gold_expr, parsed[0]) or rounds_to_gold(
-            gold, gold_expr, parsed[0], answer
-        )
-        undone = _left_undone(answer, gold, problem) if right else ""
-        if undone:
-            return Verdict("no_answer", _clip(f"{_UNEVALUATED}({undone}): {answer}"), "other")
-        return Verdict.judged(right, _clip(answer))
-    detail = _clip(_SEVERAL_BOXES + " | ".join(boxes))
-    pair = joint_answer(gold_expr, parsed)
-    if pair is None:
-        return Verdict("wrong", detail, "several_boxes")
-    return Verdict.judged(math_equal(*pair), detail, "several_boxes")
+            return f"{self.name};{importlib.metadata.version(top)}"
+        except importlib.metadata.PackageNotFoundError:
+            return f"{self.name};unversioned"
 
+    def time_budget(self, gold: str) -> float:
+        return 0.0
 
-def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdict | None:
-    """A hedge inside the box, a copy of the problem, a choice letter, or named components;
-    None when the box is none of these."""
-    if offers_alternatives(box):  # in words, parseable or not
-        listed = judge_or_list(gold_expr, box)
-        return listed if listed is not None else Verdict("wrong", _clip(f"hedge: {box}"), "hedge")
-    if restates_problem(box, problem, same_value):
-        return Verdict("no_answer", _clip(f"{_RESTATED}{box}"), "other")
-    choice = judge_choice(gold, box, problem)
-    if choice is not None:
-        return choice
-    named = forms.named_components(box)
-    s = _math().sympy
-    if named is None or not isinstance(gold_expr, s.Tuple | s.Interval | s.FiniteSet):
+    def prepare(self) -> None:
         return None
+
+    def __call__(self, response: str, gold: str, problem: str = "") -> Verdict:
+        if self.takes_problem:
+            return self.fn(response, gold, problem)
+        return self.fn(response, gold)
+
+
+def _takes_problem(fn: Callable[..., Verdict]) -> bool:
+    """Does a function take the problem text as its third argument (two-argument plug-ins from
+    before the problem was passed do not)?"""
     try:
-        values = [parse_answer(v) for v in named]
-    except Exception as exc:
-        return Verdict(
-            "no_answer", _clip(f"unparseable answer {box!r}: {exc}"), "unparseable_answer"
+        inspect.signature(fn).bind("", "", "")
+    except TypeError:
+        return False
+    except ValueError:  # no signature (a builtin): call it the current way
+        return True
+    return True
+
+
+LEGACY_NAMES = {"graft.tasks.verify:verify_math_answer_line": "math_answer_line"}
+"""Names a verifier was recorded under before it had a built-in one (stores, configs)."""
+
+
+def check_name(name: str) -> tuple[str, str]:
+    """A plug-in name split as (module, attribute), or ("", name) for a built-in one; ValueError
+    for a name that is neither (nothing is imported)."""
+    name = LEGACY_NAMES.get(name, name)
+    if name in VERIFIERS:
+        return "", name
+    module, sep, attr = name.partition(":")
+    if not (sep and module and attr.isidentifier()):
+        raise ValueError(
+            f"unknown verifier {name!r}: use one of {sorted(VERIFIERS)} "
+            "or an import path 'package.module:function'"
         )
-    pair = joint_answer(gold_expr, values)
-    if pair is None:
-        return Verdict("wrong", _clip(box), "one_answer")
-    return Verdict.judged(math_equal(*pair), _clip(box))
+    return module, attr
 
 
-_SEVERAL_BOXES = "several boxes: "
-_RESTATED = "restates the problem: "
-_NO_BOX = "no closed final \\boxed{}"
+def built_in(name: str) -> BuiltInVerifier | None:
+    """The built-in verifier called `name` (or a name it was recorded under); None for others."""
+    return VERIFIERS.get(LEGACY_NAMES.get(name, name))
 
 
-_UNEVALUATED = "unevaluated "
+def resolve_verifier(name: str) -> Verifier:
+    """The verifier called `name`: built-in, or imported from its path (see the module
+    docstring); ValueError for a name that is neither, ImportError for a module not found."""
+    module_name, attr = check_name(name)
+    if not module_name:
+        return VERIFIERS[attr]
+    found = getattr(importlib.import_module(module_name), attr, None)
+    if isinstance(found, Verifier):
+        return found
+    if not callable(found):
+        raise ValueError(f"verifier {name!r}: module {module_name!r} has no function {attr!r}")
+    return PlugInVerifier(name, found)
 
 
-def _left_undone(box: str, gold: str, problem: str) -> str:
-    """The work a right box leaves undone that its gold does not (`\\sqrt{25 \\cdot 2}` for
-    "Simplify", `\\frac{10}{12}` for "in lowest terms"), when the question asks to evaluate or
-    simplify; "" otherwise."""
-    if not asks_to_evaluate(problem):
-        return ""
-    undone = leftover_work(forms.rewrite(box)) - leftover_work(forms.rewrite(gold))
-    return ", ".join(sorted(undone))
+def verifier_version(name: str) -> str:
+    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-4"."""
+    return resolve_verifier(name).version
 
 
-def _verify_math(response: str, gold: str, problem: str, *, extract: str) -> Verdict:
-    try:
-        try:
-            gold_expr = parse_answer(gold)
-        except Exception as exc:
-            return Verdict(
-                "error", _clip(f"unparseable gold answer {gold!r}: {exc}"), "unparseable_gold"
-            )
-        sympy = _math().sympy
-        if isinstance(gold_expr, sympy.Basic) and gold_expr.has(sympy.zoo, sympy.nan):
-            return Verdict(
-                "error",
-                _clip(f"gold answer {gold!r} is undefined ({gold_expr})"),
-                "unparseable_gold",
-            )
-        boxes = final_boxes(response)
-        if boxes is None and extract == "answer_line":
-            line = answer_line(response)
-            if line is None:
-                return Verdict("no_answer", _NO_BOX + " and no answer line", "no_box")
-            boxes = (line,)
-        elif boxes is not None:
-            taken_back = commitment(response, same_as(boxes, APPROXIMATELY))
-            if taken_back.kind == "retracted":
-                return Verdict("no_answer", _clip(f"retracted: {taken_back.why}"), "retracted")
-            if taken_back.kind == "hedge":
-                return Verdict("wrong", _clip(f"hedge: {taken_back.why}"), "hedge")
-        if boxes is None:
-            return Verdict("no_answer", _NO_BOX, "no_box")
-        return _judge_boxes(gold_expr, boxes, gold, problem)
-    except Exception as exc:
-        return _error(exc)
+EXTRACTIONS = ("boxed", "answer_line")
 
 
-def verify_math(response: str, gold: str, problem: str = "") -> Verdict:
-    """Judge a free-form math response by its final `\\boxed{}` answer against a LaTeX gold;
-    `problem` (the question's text) lets it refuse a box that only copies the question and a
-    unit the question did not ask for."""
-    return _verify_math(response, gold, problem, extract="boxed")
+def verifier_for_extract(name: str, extract: str) -> str:
+    """The verifier that reads answers as `verify.extract` says: `boxed` keeps `name`;
+    `answer_line` turns `math` into `math_answer_line` (other verifiers have no box)."""
+    if extract not in EXTRACTIONS:
+        raise ValueError(f"unknown extraction {extract!r}; use one of {list(EXTRACTIONS)}")
+    if extract == "boxed":
+        return name
+    if name != "math":
+        raise ValueError(
+            f"answer_line applies to the math verifier only (the verifier is {name!r})"
+        )
+    return "math_answer_line"
 
 
-def verify_math_answer_line(response: str, gold: str, problem: str = "") -> Verdict:
-    """`verify_math`, and for a response without a box, its "answer is X" last line."""
-    return _verify_math(response, gold, problem, extract="answer_line")
+# ---------------------------------------------------------------------------- verdict counts
 
 
-VERDICT_REASONS: dict[str, tuple[str, ...]] = {
-    "wrong": ("one_answer", "several_boxes", "hedge", "equation", "unit"),
-    "no_answer": ("no_box", "empty_box", "unparseable_answer", "retracted", "other"),
-    "error": ("unparseable_gold", "other"),
-}
-"""The math verifiers' reasons, by category (what `Verdict.reason` names)."""
-
-
-CODE_VERIFIERS = ("code", "code_unsafe_local")
-CODE_VERDICT_REASONS: dict[str, tuple[str, ...]] = {
-    "wrong": ("wrong", "runtime_error", "memory", "output_limit"),
-    "no_answer": ("no_code_block",),
-    "error": ("unusable_tests", "no_sandbox", "check_error", "other"),
-}
-"""The reasons of the code verifiers' verdicts (`graft.verify.code.verifier`); a program past its
-wall clock is the category `timeout` (its reason `timeout`); `check_error`: the problem's check
-itself failed (a NameError or ImportError of its own, a setup that raised), whatever the program
-did."""
-
-
-def reasons_of(verifier: str) -> dict[str, tuple[str, ...]]:
-    """The closed set of reasons a verifier's verdicts name, by category."""
-    return CODE_VERDICT_REASONS if verifier in CODE_VERIFIERS else VERDICT_REASONS
-
-
-def counted_reason(verdict: Verdict, reasons: dict[str, tuple[str, ...]]) -> str:
+def counted_reason(verdict: Verdict, reasons: Reasons) -> str:
     """The reason a verdict is counted under: its own; for a plug-in's verdict without one, its
     category's first reason when wrong, `other` (where the category has one) otherwise."""
     names = reasons.get(verdict.category, ())
@@ -332,11 +264,11 @@ def counted_reason(verdict: Verdict, reasons: dict[str, tuple[str, ...]]) -> str
 
 
 def verdict_counts(verdicts: Iterable[Verdict], verifier: str = "") -> dict[str, float]:
-    """`verdict/<category>` counts, and `verdict/<category>/<reason>` for the reasons in
-    `VERDICT_REASONS`, or `CODE_VERDICT_REASONS` for a code verifier (every key present, zeros
-    included, so that curves line up)."""
+    """`verdict/<category>` counts, and `verdict/<category>/<reason>` for the reasons of
+    `verifier` (the math grader's when none is named; every key present, zeros included, so
+    that curves line up)."""
     verdicts = list(verdicts)
-    table = reasons_of(verifier)
+    table = resolve_verifier(verifier).reasons if verifier else MATH_REASONS
     categories = Counter(v.category for v in verdicts)
     reasons = Counter((v.category, counted_reason(v, table)) for v in verdicts)
     out = {f"verdict/{c}": float(categories.get(c, 0)) for c in VERDICT_CATEGORIES}
@@ -344,94 +276,3 @@ def verdict_counts(verdicts: Iterable[Verdict], verifier: str = "") -> dict[str,
         for reason in names:
             out[f"verdict/{category}/{reason}"] = float(reasons.get((category, reason), 0))
     return out
-
-
-# ---------------------------------------------------------------------------- registry
-
-
-def verify_code(response: str, gold: str, problem: str = "") -> Verdict:
-    """The code verifier (`graft.verify.code.verifier.verify_code`), imported when first used."""
-    from graft.verify.code.verifier import verify_code as run
-
-    return run(response, gold, problem)
-
-
-def verify_code_unsafe_local(response: str, gold: str, problem: str = "") -> Verdict:
-    """The code verifier without isolation (`task.code.sandbox: unsafe_local`)."""
-    from graft.verify.code.verifier import verify_code_unsafe_local as run
-
-    return run(response, gold, problem)
-
-
-VERIFIERS: dict[str, Verifier] = {
-    "math": verify_math,
-    "final_number": verify_final_number,
-    "code": verify_code,
-    "code_unsafe_local": verify_code_unsafe_local,
-    "math_answer_line": verify_math_answer_line,
-}
-_VERSIONS = {
-    "math": "graft-strict-4",
-    "math_answer_line": "graft-strict-4",
-    "final_number": "1",
-    "code": "graft-sandbox-1",
-    "code_unsafe_local": "graft-unsafe-local-1",
-}
-
-
-def _check_name(name: str) -> tuple[str, str]:
-    """Split a plug-in name `package.module:function`; ValueError for a name that is neither."""
-    module, sep, attr = name.partition(":")
-    if not (sep and module and attr.isidentifier()):
-        raise ValueError(
-            f"unknown verifier {name!r}: use one of {sorted(VERIFIERS)} "
-            "or an import path 'package.module:function'"
-        )
-    return module, attr
-
-
-EXTRACTIONS = ("boxed", "answer_line")
-_ANSWER_LINE_VERIFIER = "math_answer_line"
-LEGACY_NAMES = {"graft.tasks.verify:verify_math_answer_line": "math_answer_line"}
-"""Names a verifier was recorded under before it had a built-in one (stores, configs)."""
-
-
-def verifier_for_extract(name: str, extract: str) -> str:
-    """The verifier that reads answers as `verify.extract` says: `boxed` keeps `name`;
-    `answer_line` turns `math` into `verify_math_answer_line` (other verifiers have no box)."""
-    if extract not in EXTRACTIONS:
-        raise ValueError(f"unknown extraction {extract!r}; use one of {list(EXTRACTIONS)}")
-    if extract == "boxed":
-        return name
-    if name != "math":
-        raise ValueError(
-            f"answer_line applies to the math verifier only (the verifier is {name!r})"
-        )
-    return _ANSWER_LINE_VERIFIER
-
-
-def resolve_verifier(name: str) -> Verifier:
-    """The verifier function called `name` (built-in name or import path)."""
-    name = LEGACY_NAMES.get(name, name)
-    if name in VERIFIERS:
-        return VERIFIERS[name]
-    module_name, attr = _check_name(name)
-    fn = getattr(importlib.import_module(module_name), attr, None)
-    if not callable(fn):
-        raise ValueError(f"verifier {name!r}: module {module_name!r} has no function {attr!r}")
-    return fn
-
-
-def verifier_version(name: str) -> str:
-    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-4"."""
-    name = LEGACY_NAMES.get(name, name)
-    if name in ("math", "math_answer_line"):
-        return f"math-verify=={importlib.metadata.version('math-verify')};{_VERSIONS[name]}"
-    if name in VERIFIERS:
-        return f"{name};{_VERSIONS[name]}"
-    module_name, _ = _check_name(name)
-    top = module_name.split(".")[0]
-    try:
-        return f"{name};{importlib.metadata.version(top)}"
-    except importlib.metadata.PackageNotFoundError:
-        return f"{name};unversioned"

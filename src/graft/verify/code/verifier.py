@@ -52,6 +52,14 @@ LIMITS = Limits(wall_s=4.0, cpu_s=3)
 """One sandbox run's limits (a stdio problem makes one run per case)."""
 STDOUT_BYTES = (1 << 10, 1 << 30)
 """The range `stdout_bytes` may take (bytes)."""
+CODE_REASONS: dict[str, tuple[str, ...]] = {
+    "wrong": ("wrong", "runtime_error", "memory", "output_limit"),
+    "no_answer": ("no_code_block",),
+    "error": ("unusable_tests", "no_sandbox", "check_error", "other"),
+}
+"""The reasons of this verifier's verdicts, by category; a program past its wall clock is the
+category `timeout` (its reason `timeout`); `check_error`: the problem's check itself failed (a
+NameError or ImportError of its own, a setup that raised), whatever the program did."""
 
 
 class CodeTestError(ValueError):
@@ -243,6 +251,14 @@ def time_budget_s(tests: CodeTests) -> float:
     sandboxes' start and clean-up."""
     runs = len(tests) if tests.form == "stdio" else 1
     return runs * (LIMITS.wall_s + 0.5) + 2.0
+
+
+def gold_time_budget_s(gold: str) -> float:
+    """`time_budget_s` of a gold's tests; 0 for tests that do not parse (scored `error` at once)."""
+    try:
+        return time_budget_s(parse_tests(gold))
+    except CodeTestError:
+        return 0.0
 
 
 @dataclass(frozen=True)

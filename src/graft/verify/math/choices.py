@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from graft.types import Verdict
+from graft.types import Verdict, clip_detail
 from graft.verify.math import forms
 from graft.verify.math.problem_text import options
 from graft.verify.math.values import (
@@ -19,14 +19,6 @@ from graft.verify.math.values import (
     same_value,
 )
 
-_DETAIL_CHARS = 300
-
-
-def clip(text: str, limit: int = _DETAIL_CHARS) -> str:
-    """One line of at most `limit` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
 
 def judge_choice(gold: str, box: str, problem: str) -> Verdict | None:
     """A choice's verdict: its letter against a letter gold; wrong when the value written with
@@ -36,7 +28,9 @@ def judge_choice(gold: str, box: str, problem: str) -> Verdict | None:
     letter, value = forms.choice_letter(box), forms.choice_value(box)
     if letter in listed and value is not None and differ(value, listed[letter]):
         return Verdict(
-            "wrong", clip(f"({letter}) is {listed[letter]}, not {value}: {box}"), "one_answer"
+            "wrong",
+            clip_detail(f"({letter}) is {listed[letter]}, not {value}: {box}"),
+            "one_answer",
         )
     wanted = forms.choice_letter(gold, whole=True)
     if wanted is None:
@@ -46,7 +40,7 @@ def judge_choice(gold: str, box: str, problem: str) -> Verdict | None:
         letter = matching[0] if len(matching) == 1 else None
     if letter is None:
         return None
-    return Verdict.judged(letter == wanted, clip(box))
+    return Verdict.judged(letter == wanted, clip_detail(box))
 
 
 _OR = re.compile(r"\\text\{\s*(?:or|either)\s*\}|\\(?:lor|vee)(?![A-Za-z])|\b(?:or|either)\b")
@@ -74,8 +68,8 @@ def judge_or_list(gold_expr: Any, box: str) -> Verdict | None:
             values.append(parse_answer(named.group(1) if named else part))
         except Exception as exc:
             return Verdict(
-                "no_answer", clip(f"unparseable answer {box!r}: {exc}"), "unparseable_answer"
+                "no_answer", clip_detail(f"unparseable answer {box!r}: {exc}"), "unparseable_answer"
             )
     pair = joint_answer(gold_expr, values)
     right = pair is not None and math_equal(*pair)
-    return Verdict.judged(right, clip(box))
+    return Verdict.judged(right, clip_detail(box))
