@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from graft.sandbox.calls import candidate_sandbox
+from graft.sandbox.judge import NO_RESULT, CaseResult, Failure
 from graft.sandbox.run import DEFAULT_LIMITS, Limits, Outcome, Sandbox, supervise
 
 HERE = Path(__file__).parent
@@ -26,11 +27,11 @@ def run_asserts(
     prelude: str = "",
     expected: tuple[str, ...] = (),
     limits: Limits = DEFAULT_LIMITS,
-) -> tuple[Outcome, Outcome, list[dict | None]]:
+) -> tuple[Outcome, Outcome, list[CaseResult]]:
     """Run each test (Python source that calls `entry`, or `candidate`, or the `expected` names
     the candidate's module should define) against the module `source`; the checks' namespace is
     built as `checker.py` says, with `prelude` and `setup` run in it. Returns both sandboxes'
-    outcomes and one result per test ({"passed", "error"}), None for a test with no result."""
+    outcomes and one `CaseResult` per test (`NO_RESULT` for a test with no result)."""
     spec = {"entry": entry, "setup": setup, "prelude": prelude, "expected": list(expected),
             "tests": tests}  # fmt: skip
     checks = {"check.json": json.dumps(spec).encode(), "values.py": CODEC.read_bytes(),
@@ -60,13 +61,26 @@ def run_asserts(
             box.finish()
         raise
     outcomes = [box.finish() for box in boxes]
-    results: list[dict | None] = [None] * len(tests)
+    results = [NO_RESULT] * len(tests)
     for line in outcomes[CHECKER].other.get(5, b"").decode("utf-8", "replace").splitlines():
         try:
             record = json.loads(line)
             if isinstance(record.get("i"), int) and 0 <= record["i"] < len(tests):
-                results[record["i"]] = {"passed": record.get("passed") is True,
-                                        "error": str(record.get("error", ""))}  # fmt: skip
+                results[record["i"]] = _checked(record)
         except (ValueError, AttributeError):
             continue
     return outcomes[CANDIDATE], outcomes[CHECKER], results
+
+
+_FAILURES: dict[str, Failure] = {
+    "candidate": "runtime_error",
+    "check_error": "check_error",
+    "wrong": "wrong",
+}
+
+
+def _checked(record: dict) -> CaseResult:
+    """A checker's record (`checker.py`) as a CaseResult."""
+    if record.get("passed") is True:
+        return CaseResult()
+    return CaseResult(_FAILURES.get(record.get("failure"), "wrong"), str(record.get("error", "")))

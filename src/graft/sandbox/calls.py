@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graft.sandbox.judge import NO_RESULT, CaseResult, judge
 from graft.sandbox.run import DEFAULT_LIMITS, Limits, Outcome, Sandbox, supervise
 from graft.sandbox.values import Unencodable, from_data, to_data
 
@@ -178,19 +179,22 @@ def json_shape(value: Any) -> Any:
     return value
 
 
+def returned(got: CallReturn | None, want: Any, **compare: Any) -> CaseResult:
+    """How one call did against its expected value (`same_value` of its `json_shape`)."""
+    if got is None:
+        return NO_RESULT
+    if got.error:
+        return CaseResult("runtime_error", got.error)
+    if same_value(json_shape(got.value), want, **compare):
+        return CaseResult()
+    return CaseResult("wrong", "another value")
+
+
 def judge_calls(
     outcome: Outcome, returns: list[CallReturn | None], expected: list[Any], **compare: Any
 ) -> tuple[bool, str, float]:
-    """(correct, reason, share of calls passed). Correct only when the run ended `ok` and every
-    call returned its expected value; the reason is the run's status when it did not end `ok`,
-    `runtime_error` for a call that raised or gave no answer, else `wrong`."""
-    passed = [
-        r is not None and not r.error and same_value(json_shape(r.value), want, **compare)
-        for r, want in zip(returns, expected, strict=True)
-    ]
-    share = sum(passed) / len(passed) if passed else 0.0
-    if outcome.status != "ok":
-        return False, outcome.status, share
-    if any(r is None or r.error for r in returns):
-        return False, "runtime_error", share
-    return all(passed), "" if all(passed) else "wrong", share
+    """(correct, reason, share of calls passed) of one run's calls, by the one judge
+    (`graft.sandbox.judge`)."""
+    results = [returned(r, want, **compare) for r, want in zip(returns, expected, strict=True)]
+    verdict = judge([outcome], results)
+    return verdict.passed, verdict.reason, verdict.share

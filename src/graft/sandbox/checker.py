@@ -2,9 +2,10 @@
 of /work/check.json run here, and the candidate's functions are proxies that send each call in
 tagged JSON (`values.py`: tuples stay tuples, ints exact...) on fd 3 and read the reply from fd
 4; the candidate runs in another sandbox, so no object, frame or patched builtin of it reaches a
-check. One JSON line per test goes to fd 5: passed, or why not (`candidate: ...` when the
-candidate raised, died or answered garbage; `check_error: ...` when the check itself failed: a
-NameError or ImportError of its own, a setup that raised, an argument with no tagged form).
+check. One JSON line per test goes to fd 5: passed, or its `failure` and an `error` that says
+more (`candidate` when the candidate raised, died or answered garbage; `check_error` when the
+check itself failed: a NameError or ImportError of its own, a setup that raised, an argument
+with no tagged form; `wrong` when the check raised anything else, an AssertionError mostly).
 
 The checks' namespace is built in this order, each step over the last: the global names the
 candidate's module defines (its first reply: modules imported here by name, functions and
@@ -150,19 +151,22 @@ def namespace_for(spec: dict, link: Link) -> dict:
     return namespace
 
 
+def failed(i: int, failure: str, error: str) -> dict:
+    return {"i": i, "passed": False, "failure": failure, "error": error}
+
+
 def run_test(test: str, i: int, namespace: dict) -> dict:
     try:
         exec(compile(test, f"test {i}", "exec"), namespace)
         return {"i": i, "passed": True}
     except CandidateError as exc:
-        return {"i": i, "passed": False, "error": f"candidate: {exc}"}
+        return failed(i, "candidate", str(exc))
     except CheckError as exc:
-        return {"i": i, "passed": False, "error": f"check_error: {exc}"}
+        return failed(i, "check_error", str(exc))
     except (NameError, ImportError) as exc:
-        what = f"{type(exc).__name__} ({str(exc)[:80]})"
-        return {"i": i, "passed": False, "error": f"check_error: {what}"}
+        return failed(i, "check_error", f"{type(exc).__name__} ({str(exc)[:80]})")
     except BaseException as exc:
-        return {"i": i, "passed": False, "error": type(exc).__name__}
+        return failed(i, "wrong", type(exc).__name__)
 
 
 def main() -> None:
@@ -174,12 +178,9 @@ def main() -> None:
         namespace = namespace_for(spec, link)
     except (CandidateError, CheckError) as exc:
         kind = "candidate" if isinstance(exc, CandidateError) else "check_error"
-        namespace, failure = None, f"{kind}: {exc}"
+        namespace, failure = None, (kind, str(exc))
     for i, test in enumerate(spec["tests"]):
-        if namespace is None:
-            outcome = {"i": i, "passed": False, "error": failure}
-        else:
-            outcome = run_test(test, i, namespace)
+        outcome = failed(i, *failure) if namespace is None else run_test(test, i, namespace)
         results.write(json.dumps(outcome) + "\n")
         results.flush()
 

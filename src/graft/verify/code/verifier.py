@@ -29,8 +29,14 @@ default) caps what one run may print and send on its result channels.
 The program is chosen among the response's fenced Python blocks (`graft.verify.code.blocks`): the
 last that defines the entry function (usage examples, `>>>` transcripts and ```bash/```text/
 ```output blocks are never run; a final fence left open still counts); a response without one
-is `no_answer`. The reward is 1 only when every test passes; the share of tests passed goes to
-the verdict's detail, for diagnostics.
+is `no_answer`.
+
+Every form compiles to cases (`cases_of`: a call and its expected value, an input and its
+expected output, an assert statement); its runner (`RUNNERS`) takes them to the sandbox under
+the one set of limits (`LIMITS`, the problem's `stdout_bytes`), and one judge
+(`graft.sandbox.judge`) maps how the runs ended and how each case did to a reason, the same for
+every form. The reward is 1 only when every test passes; the share of tests passed goes to the
+verdict's detail, for diagnostics.
 """
 
 from __future__ import annotations
@@ -38,12 +44,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graft.sandbox import IsolationError, Limits, call_in_sandbox, run_sandboxed
+from graft.sandbox import IsolationError, Limits, Outcome, call_in_sandbox, run_sandboxed
 from graft.sandbox.asserts import run_asserts
-from graft.sandbox.calls import judge_calls
+from graft.sandbox.calls import returned
+from graft.sandbox.judge import NO_RESULT, CaseResult, Judgement, judge
 from graft.types import Verdict
 from graft.verify.code.blocks import choose_program, solution_names
 
@@ -262,81 +270,83 @@ def gold_time_budget_s(gold: str) -> float:
 
 
 @dataclass(frozen=True)
-class TestRun:
-    """How a program did on its tests: `reason` "" when all passed, else timeout / memory /
-    output_limit / runtime_error / wrong / check_error (the check itself failed) /
-    sandbox_error (the sandbox did not start); `detail` says more (the check's error)."""
+class Case:
+    """One test of a problem, whatever its form: what the program is given and what it must give
+    back (the expected value of a call, the standard output of an input; an assert statement
+    checks itself, in the checker's sandbox, and has none)."""
 
-    passed: bool
-    reason: str
-    share: float
-    detail: str = ""
+    given: Any
+    expected: Any = None
 
 
-def _limits(limits: Limits, tests: CodeTests, unsafe: bool) -> Limits:
-    extra = {"stdout_bytes": tests.stdout_bytes} if tests.stdout_bytes else {}
-    return dataclasses.replace(limits, unsafe_local=unsafe, **extra)
+def cases_of(tests: CodeTests) -> tuple[Case, ...]:
+    """A problem's tests as cases, one per call, input or assert statement."""
+    if tests.form == "call":
+        return tuple(Case(list(c), e) for c, e in zip(tests.calls, tests.expected, strict=True))
+    if tests.form == "stdio":
+        return tuple(Case(i, o) for i, o in zip(tests.stdin, tests.stdout, strict=True))
+    return tuple(Case(t) for t in tests.tests)
+
+
+Runs = tuple[list[Outcome], list[CaseResult]]
+"""What running a program's cases gave: each sandbox run's outcome, each case's result."""
+
+
+def _run_calls(program: str, tests: CodeTests, cases: Sequence[Case], limits: Limits) -> Runs:
+    """One sandbox, the calls asked in turn; the returns compared here (`graft.sandbox.calls`)."""
+    calls = [c.given for c in cases]
+    outcome, returns = call_in_sandbox(program, tests.function, calls, limits=limits)
+    compare = {"rel_tol": tests.rel_tol, "unordered": tests.unordered}
+    return [outcome], [returned(r, c.expected, **compare) for r, c in zip(returns, cases)]
+
+
+def _run_stdio(program: str, tests: CodeTests, cases: Sequence[Case], limits: Limits) -> Runs:
+    """One sandbox run per input; its standard output compared here (`same_stdout`). After a
+    run that timed out or ran out of memory the rest are not run: the reward is 0 already."""
+    runs: list[Outcome] = []
+    results: list[CaseResult] = []
+    for case in cases:
+        outcome = run_sandboxed({"main.py": program.encode()}, ["python", "main.py"],
+                                stdin=case.given.encode(), limits=limits)  # fmt: skip
+        runs.append(outcome)
+        if outcome.status != "ok":
+            results.append(CaseResult("runtime_error", outcome.status))
+            if outcome.status in ("error", "timeout", "memory"):
+                break
+        elif same_stdout(outcome.stdout.decode("utf-8", "replace"), case.expected, tests.rel_tol):
+            results.append(CaseResult())
+        else:
+            results.append(CaseResult("wrong", "another output"))
+    return runs, results + [NO_RESULT] * (len(cases) - len(results))
+
+
+def _run_asserts(program: str, tests: CodeTests, cases: Sequence[Case], limits: Limits) -> Runs:
+    """The candidate in one sandbox, the statements in the checker's (`graft.sandbox.asserts`)."""
+    candidate, checker, results = run_asserts(
+        program, tests.function, [c.given for c in cases], setup=tests.setup,
+        prelude=tests.prelude, expected=() if tests.function else entry_names(tests),
+        limits=limits,
+    )  # fmt: skip
+    return [candidate, checker], results
+
+
+RUNNERS: dict[str, Callable[[str, CodeTests, Sequence[Case], Limits], Runs]] = {
+    "call": _run_calls,
+    "stdio": _run_stdio,
+    "assert": _run_asserts,
+}
+"""How each form's cases reach the sandbox; the one judge (`graft.sandbox.judge`) maps what
+came back to a reason, the same for every form."""
 
 
 def run_tests(
     program: str, tests: CodeTests, limits: Limits = LIMITS, *, unsafe: bool = False
-) -> TestRun:
-    """Run `program` (whole, prelude included) against `tests`. `unsafe`: without isolation
-    (`unsafe_local`)."""
-    limits = _limits(limits, tests, unsafe)
-    if tests.form == "call":
-        outcome, returns = call_in_sandbox(
-            program, tests.function, [list(c) for c in tests.calls], limits=limits
-        )
-        if outcome.status == "error":
-            return TestRun(False, "sandbox_error", 0.0, outcome.detail)
-        ok, reason, share = judge_calls(
-            outcome, returns, list(tests.expected), rel_tol=tests.rel_tol, unordered=tests.unordered
-        )
-        return TestRun(ok, reason, share)
-    if tests.form == "assert":
-        return _run_asserts(program, tests, limits)
-    passed, reason, detail = 0, "", ""
-    for stdin, want in zip(tests.stdin, tests.stdout, strict=True):
-        outcome = run_sandboxed({"main.py": program.encode()}, ["python", "main.py"],
-                                stdin=stdin.encode(), limits=limits)  # fmt: skip
-        if outcome.status == "error":
-            return TestRun(False, "sandbox_error", passed / len(tests), outcome.detail)
-        if outcome.status != "ok":
-            reason = reason or outcome.status
-            if outcome.status in ("timeout", "memory"):
-                break  # the rest would cost as much again; the reward is 0 already
-        elif same_stdout(outcome.stdout.decode("utf-8", "replace"), want, tests.rel_tol):
-            passed += 1
-        else:
-            reason = reason or "wrong"
-    return TestRun(passed == len(tests), reason, passed / len(tests), detail)
-
-
-def _run_asserts(program: str, tests: CodeTests, limits: Limits) -> TestRun:
-    entry = entry_names(tests)
-    candidate, checker, results = run_asserts(
-        program, tests.function, list(tests.tests), setup=tests.setup, prelude=tests.prelude,
-        expected=() if tests.function else entry, limits=limits,
-    )  # fmt: skip
-    share = sum(bool(r and r["passed"]) for r in results) / len(results)
-    for outcome in (candidate, checker):
-        if outcome.status == "error":
-            return TestRun(False, "sandbox_error", share, outcome.detail)
-    for outcome in (candidate, checker):
-        if outcome.status in ("timeout", "memory", "output_limit"):
-            return TestRun(False, outcome.status, share)
-    if all(r and r["passed"] for r in results):
-        return TestRun(True, "", share)
-    failed = [r for r in results if not (r and r["passed"])]
-    check_errors = [r["error"] for r in failed if r and r["error"].startswith("check_error:")]
-    if check_errors:
-        return TestRun(False, "check_error", share, check_errors[0].split(":", 1)[1].strip())
-    crashed = [r for r in failed if r is None or r["error"].startswith("candidate:")]
-    if crashed:
-        first = crashed[0]
-        return TestRun(False, "runtime_error", share, first["error"] if first else "no result")
-    return TestRun(False, "wrong", share, failed[0]["error"] if failed[0] else "")
+) -> Judgement:
+    """Run `program` (whole, prelude included) against `tests` and judge it. `unsafe`: without
+    isolation (`unsafe_local`)."""
+    extra = {"stdout_bytes": tests.stdout_bytes} if tests.stdout_bytes else {}
+    limits = dataclasses.replace(limits, unsafe_local=unsafe, **extra)
+    return judge(*RUNNERS[tests.form](program, tests, cases_of(tests), limits))
 
 
 def verify_code_unsafe_local(response: str, gold: str, problem: str = "") -> Verdict:
