@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from graft.backends import Backend, check_ray_start, make_backend, policy_specs
 from graft.config import Config, ConfigError, Plan, make_plan, to_dict
@@ -42,6 +43,16 @@ from graft.verify.golds import check_golds, require_golds, usable_problems
 from graft.verify.pool_ray import open_pool
 from graft.verify.registry import VerifierKind, resolve_verifier
 from graft.verify.scoring import verify_rollouts
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A step's batches once groups without reward contrast are settled: each policy's batch,
+    the extra rounds' groups with their round (for the store), and each policy's counts."""
+
+    batches: dict[str, list[TrainGroup]]
+    extra: dict[str, list[tuple[int, Group]]]
+    counts: dict[str, dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -139,47 +150,63 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict[str, float]:
-        """rollout -> verify -> group -> exchange -> settle -> update -> store, for every policy
-        at once."""
-        clock, before = PhaseClock(), self.backend.usage()
-        verify_cpu, self._verify_cpu = self.pool.cpu_s, dict.fromkeys(self.names, 0.0)
+        """rollout -> verify -> group -> exchange -> settle -> update -> store -> log, for every
+        policy at once; the phases' `time/<phase>_s` add up to `time/step_s`."""
+        clock, started = PhaseClock(), self._usage_now()
         groups = self.rollout(step)
         clock.lap("generate", at=max(a for a, _ in self._verify_spans))
         clock.lap("verify")
-        outcome = self.exchange(step, groups)
-        clock.lap("exchange")
-        batches, extra, contrast = self.settle(step, outcome.batches)
-        clock.lap("settle")
+        outcome = clock.timed("exchange", self.exchange, step, groups)
+        settled = clock.timed("settle", self.settle, step, outcome.batches)
+        stats = clock.timed("train", self.update, step, settled.batches)
+        cost = self._cost_since(started)
+        clock.timed("store", self.store, step, groups, outcome.replaced, settled)
+        return self._step_metrics(groups, outcome, settled, stats, cost, clock.metrics())
+
+    def update(
+        self, step: int, batches: Mapping[str, Sequence[TrainGroup]]
+    ) -> dict[str, dict[str, float]]:
+        """Each policy's update on its settled batch; a non-finite one stops the run here
+        (`algo.nonfinite`)."""
         stats = self.backend.train(batches, seeds=self._seeds(step, "update"))
         self._check_finite(step, stats)
-        clock.lap("train")
-        after = self.backend.usage()
-        verify_cpu = self._verify_cpu_by_policy(self.pool.cpu_s - verify_cpu)
-        if self.recorder is not None:  # the extra rounds' rollouts after the step's own
-            every = {
-                name: (*gs, *(g for _, g in extra.get(name, ()))) for name, gs in groups.items()
-            }
-            rounds = {
-                name: [0] * len(gs) + [r for r, _ in extra.get(name, ())]
-                for name, gs in groups.items()
-            }
-            with self.book.writing_store(self.recorder.uri):
-                self.recorder.record(step, every, outcome.replaced, rounds)
-        clock.lap("store")
-        metrics = self._step_metrics(groups, stats, clock.metrics())
-        metrics.update(outcome.metrics)
-        for name, counts in contrast.items():
-            metrics.update({self.prefix[name] + k: v for k, v in counts.items()})
-        metrics.update(
-            self.costs.metrics(
-                {
-                    name: {**step_cost(before[name], after[name]), "verify_cpu_s": verify_cpu[name]}
-                    for name in self.names
-                }
-            )
+        return stats
+
+    def store(
+        self,
+        step: int,
+        groups: Mapping[str, Sequence[Group]],
+        replaced: Mapping[str, Sequence[bool]],
+        settled: Settled,
+    ) -> None:
+        """The step's rollouts into the run's store (`store.enabled`), the extra rounds' after
+        the step's own."""
+        if self.recorder is None:
+            return
+        every = {n: (*gs, *(g for _, g in settled.extra.get(n, ()))) for n, gs in groups.items()}
+        rounds = {
+            n: [0] * len(gs) + [r for r, _ in settled.extra.get(n, ())] for n, gs in groups.items()
+        }
+        with self.book.writing_store(self.recorder.uri):
+            self.recorder.record(step, every, replaced, rounds)
+
+    def _usage_now(self) -> tuple[dict[str, Any], float]:
+        """What the policies and the verifier pool have used so far (`_cost_since`)."""
+        self._verify_cpu = dict.fromkeys(self.names, 0.0)
+        return self.backend.usage(), self.pool.cpu_s
+
+    def _cost_since(self, started: tuple[dict[str, Any], float]) -> dict[str, dict[str, float]]:
+        """Each policy's cost since `started` (`_usage_now`): its FLOPs, tokens, seconds and the
+        CPU seconds its verification took."""
+        before, verify_cpu = started
+        after, verified = (
+            self.backend.usage(),
+            self._verify_cpu_by_policy(self.pool.cpu_s - verify_cpu),
         )
-        metrics["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
-        return metrics
+        return {
+            name: {**step_cost(before[name], after[name]), "verify_cpu_s": verified[name]}
+            for name in self.names
+        }
 
     def _verify_cpu_by_policy(self, spent: float) -> dict[str, float]:
         """The step's verification CPU seconds (`spent`, all of the pool's) per policy: what
@@ -188,17 +215,9 @@ class Trainer:
         rest = max(0.0, spent - sum(self._verify_cpu.values())) / len(self.names)
         return {name: self._verify_cpu.get(name, 0.0) + rest for name in self.names}
 
-    def settle(
-        self, step: int, batches: Mapping[str, Sequence[TrainGroup]]
-    ) -> tuple[
-        dict[str, list[TrainGroup]],
-        dict[str, list[tuple[int, Group]]],
-        dict[str, dict[str, float]],
-    ]:
+    def settle(self, step: int, batches: Mapping[str, Sequence[TrainGroup]]) -> Settled:
         """Each policy's groups without reward contrast kept, dropped, or replaced by groups on
-        further prompts (`models.N.zero_contrast`, graft.training.contrast). Returns the batches,
-        the extra rounds' groups per policy with their round (for the store) and each policy's
-        counts."""
+        further prompts (`models.N.zero_contrast`, graft.training.contrast)."""
         plan, extra = self.plan, {name: [] for name in self.names}
         budgets = {
             m.name: Budget(
@@ -238,7 +257,7 @@ class Trainer:
             return got
 
         settled, counts = settle(batches, budgets, sample)
-        return settled, extra, counts
+        return Settled(settled, extra, counts)
 
     def _check_finite(self, step: int, stats: Mapping[str, Mapping[str, float]]) -> None:
         """algo.nonfinite=stop: a policy whose update met a NaN or infinite loss or gradient norm
@@ -310,7 +329,17 @@ class Trainer:
     def _seeds(self, step: int, purpose: str) -> dict[str, int]:
         return {name: derive_seed(self.cfg.run.seed, step, name, purpose) for name in self.names}
 
-    def _step_metrics(self, groups, stats, times: dict[str, float]) -> dict[str, float]:
+    def _step_metrics(
+        self,
+        groups: Mapping[str, Sequence[Group]],
+        outcome: ExchangeOutcome,
+        settled: Settled,
+        stats: Mapping[str, Mapping[str, float]],
+        cost: Mapping[str, Mapping[str, float]],
+        times: dict[str, float],
+    ) -> dict[str, float]:
+        """The step's line of metrics: times, each policy's groups, update, contrast counts and
+        cost, and the exchange's."""
         out: dict[str, float] = dict(times)
         gen_tokens = 0
         for name in self.names:
@@ -318,6 +347,11 @@ class Trainer:
             metrics = {**group_metrics(groups[name], self.verifier), **stats.get(name, {})}
             out.update({self.prefix[name] + k: v for k, v in metrics.items()})
         out["tokens_per_s"] = gen_tokens / max(times["time/step_s"], 1e-9)
+        out.update(outcome.metrics)
+        for name, counts in settled.counts.items():
+            out.update({self.prefix[name] + k: v for k, v in counts.items()})
+        out.update(self.costs.metrics(cost))
+        out["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
         return out
 
     # ------------------------------------------------------------------ evaluation

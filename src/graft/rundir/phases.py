@@ -4,6 +4,10 @@ so that the `time/<phase>_s` of a step add up to its `time/step_s`."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class PhaseClock:
@@ -18,6 +22,12 @@ class PhaseClock:
         end = time.perf_counter() if at is None else at
         self.seconds[phase] = self.seconds.get(phase, 0.0) + (end - self._last)
         self._last = end
+
+    def timed(self, phase: str, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, ending `phase` when it returns."""
+        out = fn(*args)
+        self.lap(phase)
+        return out
 
     def metrics(self) -> dict[str, float]:
         """`time/<phase>_s` of every phase, and `time/step_s`: their sum."""
