@@ -343,3 +343,12 @@ def test_stdout_bytes_caps_what_a_run_may_print():
     assert verdict.detail.startswith("output_limit"), verdict
     with pytest.raises(CodeTestError, match="stdout_bytes must be an integer in"):
         parse_tests(json.dumps({**json.loads(SUM), "stdout_bytes": 10}))
+
+
+@needs_sandbox
+def test_a_stdio_program_wrong_then_hanging_is_a_timeout_as_in_every_form():
+    """One judge for every form: a limit reached outranks an earlier wrong answer."""
+    tests = CodeTests("stdio", stdin=("1\n", "2\n"), stdout=("1", "2"))
+    program = "x = int(input())\nwhile x == 2:\n    pass\nprint(x + 1)"
+    verdict = verify_code(block(program), tests.to_gold())
+    assert (verdict.category, verdict.reason) == ("timeout", "timeout"), verdict
