@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.backends import Backend, check_ray_start, make_backend, policy_specs
-from graft.config import Config, ConfigError, Plan, make_plan, to_dict
+from graft.config import Config, ConfigError, Plan, make_plan
 from graft.errors import DataError, RunStopped
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
@@ -29,15 +29,16 @@ from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close, write_summary
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.checkpoints import refuse_unresumable
+from graft.rundir.loop import Loop, begin, open_log, run_steps
 from graft.rundir.phases import PhaseClock
-from graft.rundir.progress import progress_bar, reward_postfix, say, warn
+from graft.rundir.progress import reward_postfix, say, warn
 from graft.rundir.recorder import Recorder
 from graft.rundir.signal import SignalLog, run_summary
-from graft.rundir.trackers import check_trackers, open_trackers
+from graft.rundir.trackers import check_trackers
 from graft.seeds import derive_seed
 from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
 from graft.training.contrast import Budget, settle
-from graft.training.cost import CostLog, last_cumulative, step_cost
+from graft.training.cost import CostLog, step_cost
 from graft.types import Group, Rollout, TrainGroup
 from graft.verify.golds import check_golds, require_golds, usable_problems
 from graft.verify.pool_ray import open_pool
@@ -373,76 +374,49 @@ class Trainer:
             out.update({self.prefix[name] + k: v for k, v in metrics.items()})
         return out
 
-    def _eval_due(self, step: int) -> bool:
-        every = self.cfg.eval.every
-        return every > 0 and (step % every == 0 or step == self.cfg.run.steps)
-
     # ------------------------------------------------------------------ the run
     def run(self, run_dir: Path, *, resume: bool = False) -> RunResult:
         cfg, self.run_dir = self.cfg, run_dir
-        self.book = book = RunBook(cfg, run_dir, self.backend, prefix=self.prefix, warn=warn)
-        start, damaged = book.resume_point() if resume else (0, [])
-        if resume and start == cfg.run.steps:
-            return RunResult(run_dir, start, {}, finished_before=True)  # nothing written
+        self.book = RunBook(cfg, run_dir, self.backend, prefix=self.prefix, warn=warn)
         workers = self.backend.describe()
-        book.start(resume=resume, damaged=damaged, workers=workers)
+        start = begin(self.book, resume=resume, workers=workers)
+        if start is None:
+            return RunResult(run_dir, cfg.run.steps, {}, finished_before=True)  # nothing written
         if cfg.store.enabled:
             self.recorder = Recorder(cfg, run_dir, verifier=self.verifier, policies=workers)
             self.recorder.rollback(start)
-        report_to, project = cfg.run.report_to, cfg.run.project
-        trackers = open_trackers(
-            report_to, run_dir, project=project, config=to_dict(cfg), start_step=start
-        )
-        log = MetricsLog(run_dir, start_step=start, trackers=trackers)
-        self.costs = CostLog(self.prefix, previous=last_cumulative(read_metrics(run_dir)))
-        signal = SignalLog(
+        log, self.costs = open_log(cfg, run_dir, self.prefix, start=start)
+        self.signal = SignalLog(
             self.prefix,
             groups=self.plan.prompts_per_step,
             every=cfg.run.log_every,
             warn_after=cfg.run.no_signal_after,
         )
-        last: dict[str, float] = {}
-        step, ok = start, False
-        try:
-            if start == 0 and self._eval_due(0):
-                last = self.evaluate(0)
-                log.log(0, last)
-                book.track_best(0, last, suite=self.val_suite)
-            bar = progress_bar(run_dir, start=start, steps=cfg.run.steps, enabled=cfg.run.progress)
-            for step in bar:
-                metrics = self.step(step)
-                done = step + 1
-                if self._eval_due(done):
-                    metrics.update(self.evaluate(done))
-                    book.track_best(done, metrics, suite=self.val_suite)
-                log.log(done, metrics)
-                lines, warnings = signal.update(done, metrics)
-                for line in lines:
-                    say(line)
-                for message in warnings:
-                    warn(message)
-                last = metrics
-                bar.set_postfix(reward_postfix(metrics, self.prefix))
-                book.save_if_due(done, flush=self._flush_store)
-            self._flush_store()
-            if cfg.run.report_to:  # the run's curves, as `graft plot` draws them
-                from graft.eval.report import plot_runs
-
-                plot_runs([run_dir], run_dir / "curves.png")
-                log.artifact(run_dir / "curves.png", cfg.run.steps)
-            ok = True
-        except KeyboardInterrupt:  # Ctrl-C: one line that says where the run stands
-            raise KeyboardInterrupt(
-                f"interrupted at step {step + 1} of {cfg.run.steps}; "
-                f"{where_it_stands(run_dir)}; resume with graft train --resume {run_dir}"
-            ) from None
-        finally:
-            log.close(ok=ok)
+        loop = Loop("train", best_by=self.val_suite)
+        last = run_steps(self, self.book, log, cfg, start=start, loop=loop)
         shares = run_summary(read_metrics(run_dir), self.prefix, groups=self.plan.prompts_per_step)
-        write_summary(run_dir, {**last, **shares}, best=book.best)
+        write_summary(run_dir, {**last, **shares}, best=self.book.best)
         return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
 
-    def _flush_store(self) -> None:
+    def logged(self, step: int, metrics: Mapping[str, float]) -> dict[str, str]:
+        """Each policy's learning-signal line when due (`run.log_every`), and the no-signal
+        warning; the progress bar's rewards."""
+        lines, warnings = self.signal.update(step, metrics)
+        for line in lines:
+            say(line)
+        for message in warnings:
+            warn(message)
+        return reward_postfix(metrics, self.prefix)
+
+    def finish(self, log: MetricsLog) -> None:
+        """The run's curves, as `graft plot` draws them, for the trackers (`run.report_to`)."""
+        if self.cfg.run.report_to:
+            from graft.eval.report import plot_runs
+
+            plot_runs([self.run_dir], self.run_dir / "curves.png")
+            log.artifact(self.run_dir / "curves.png", self.cfg.run.steps)
+
+    def flush(self) -> None:
         if self.recorder is not None:
             with self.book.writing_store(self.recorder.uri):
                 self.recorder.flush()

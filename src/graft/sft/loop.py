@@ -25,20 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from graft.backends import Backend, check_ray_start, make_backend, policy_specs
-from graft.config import Config, ConfigError, to_dict
+from graft.config import Config, ConfigError
 from graft.errors import DataError, RunStopped
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, read_metrics, run_then_close, write_json, write_summary
 from graft.rundir.book import RunBook, where_it_stands
-from graft.rundir.progress import progress_bar, warn
-from graft.rundir.trackers import check_trackers, open_trackers
+from graft.rundir.loop import Loop, begin, open_log, run_steps
+from graft.rundir.progress import warn
+from graft.rundir.trackers import check_trackers
 from graft.seeds import derive_seed
 from graft.sft.data import Example, Examples, read_examples
 from graft.tasks import build_task, prompt_batch, run_verifier
 from graft.trainer import RunResult
-from graft.training.cost import CostLog, last_cumulative, step_cost
+from graft.training.cost import CostLog, step_cost
 from graft.types import PeerResponse, TrainGroup, TrainSequence
 from graft.verify.pool_ray import open_pool
 
@@ -202,64 +203,38 @@ class SftRun:
         out.update(results[self.name])
         return out
 
-    def _eval_due(self, step: int) -> bool:
-        every = self.cfg.eval.every
-        return step == self.cfg.run.steps or (every > 0 and step % every == 0)
-
     # ------------------------------------------------------------------ the run
     def run(self, run_dir: Path, *, resume: bool = False) -> RunResult:
         cfg = self.cfg
-        book = RunBook(cfg, run_dir, self.backend, prefix=self.prefix, warn=warn)
-        start, damaged = book.resume_point() if resume else (0, [])
-        if resume and start == cfg.run.steps:
-            return RunResult(run_dir, start, {}, finished_before=True)
-        book.start(resume=resume, damaged=damaged, workers=self.backend.describe())
+        self.book = RunBook(cfg, run_dir, self.backend, prefix=self.prefix, warn=warn)
+        start = begin(self.book, resume=resume, workers=self.backend.describe())
+        if start is None:
+            return RunResult(run_dir, cfg.run.steps, {}, finished_before=True)
         write_json(run_dir / "sft_data.json", {"store": cfg.sft.store, **self.counts})
-        trackers = open_trackers(
-            cfg.run.report_to,
-            run_dir,
-            project=cfg.run.project,
-            config=to_dict(cfg),
-            start_step=start,
-        )
-        log = MetricsLog(run_dir, start_step=start, trackers=trackers)
-        self.costs = CostLog(self.prefix, previous=last_cumulative(read_metrics(run_dir)))
-        best_by = VAL_SUITE if self.val_set else ""
-        last: dict[str, float] = {}
-        step, ok = start, False
-        try:
-            if start == 0:
-                last = self.evaluate(0)
-                log.log(0, last)
-                book.track_best(0, last, suite=best_by, ties="latest")
-            bar = progress_bar(run_dir, start=start, steps=cfg.run.steps, enabled=cfg.run.progress)
-            for step in bar:
-                metrics = self.step(step)
-                done = step + 1
-                if self._eval_due(done):
-                    metrics.update(self.evaluate(done))
-                    book.track_best(done, metrics, suite=best_by, ties="latest")
-                log.log(done, metrics)
-                last = metrics
-                bar.set_postfix({"loss": f"{metrics['sft/loss']:.3f}"})
-                book.save_if_due(done)
-            if not best_by:  # no held-out prompt: the last weights are the ones to hand on
-                book.keep_as_best(cfg.run.steps, why="none: no held-out prompt, the last step")
-            ok = True
-        except KeyboardInterrupt:
-            raise KeyboardInterrupt(
-                f"interrupted at step {step + 1} of {cfg.run.steps}; "
-                f"{where_it_stands(run_dir)}; resume with graft sft --resume {run_dir}"
-            ) from None
-        finally:
-            log.close(ok=ok)
+        log, self.costs = open_log(cfg, run_dir, self.prefix, start=start)
+        self.best_by = VAL_SUITE if self.val_set else ""
+        loop = Loop("sft", best_by=self.best_by, ties="latest", at_ends=True)
+        last = run_steps(self, self.book, log, cfg, start=start, loop=loop)
         data = {f"sft/data/{k}": float(v) for k, v in self.counts.items()}
         write_summary(
             run_dir,
             {**last, **data},
-            best=against_start(book.best, run_dir, samples=cfg.eval.samples),
+            best=against_start(self.book.best, run_dir, samples=cfg.eval.samples),
         )
         return RunResult(run_dir=run_dir, steps=cfg.run.steps, final_metrics=last)
+
+    def logged(self, step: int, metrics: Mapping[str, float]) -> dict[str, str]:
+        return {"loss": f"{metrics['sft/loss']:.3f}"}
+
+    def flush(self) -> None:
+        return None
+
+    def finish(self, log: MetricsLog) -> None:
+        """With no held-out prompt, the last weights are the ones to hand on."""
+        if not self.best_by:
+            self.book.keep_as_best(
+                self.cfg.run.steps, why="none: no held-out prompt, the last step"
+            )
 
     def close(self) -> None:
         if getattr(self, "backend", None) is not None:
