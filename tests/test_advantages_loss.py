@@ -7,11 +7,13 @@ import torch
 
 from graft.groups import drgrpo_advantages, grpo_advantages
 from graft.training.loss import (
+    LossSettings,
+    Rows,
     aggregate,
     clipped_surrogate,
-    graft_objective,
     kl_k3,
     loss_coefficients,
+    policy_objective,
     token_coefficients,
 )
 
@@ -142,6 +144,9 @@ def test_vectorized_loss_equals_plain_loop(mode):
         assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
+PAPER = LossSettings(clip_low=0.2, clip_high=0.28, luffy_gamma=0.1)
+
+
 def test_graft_objective_is_eq_10_with_sequence_weights():
     """Token-mean over the minibatch of w_j x the clipped surrogate's token sum (paper eq. 10)."""
     gen = torch.Generator().manual_seed(2)
@@ -153,9 +158,7 @@ def test_graft_objective_is_eq_10_with_sequence_weights():
     lengths = torch.randint(1, T + 1, (B,), generator=gen)
     mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
     coef = loss_coefficients(lengths, torch.zeros(B, dtype=torch.bool), mode="token-mean")
-    terms = graft_objective(
-        logp, old, adv, w, mask, coef, clip_low=0.2, clip_high=0.28, luffy_gamma=0.1
-    )
+    terms = policy_objective(Rows(logp, old, adv, mask), ["pg"] * B, w, coef, PAPER)
     per_row = [
         _reference_loss(
             logp[b : b + 1].tolist(),
@@ -184,10 +187,7 @@ def test_unclipped_rows_take_the_plain_surrogate_and_the_others_stay_clipped():
     ones = torch.ones(2, dtype=torch.float64)
     mask = torch.ones(2, 2, dtype=torch.bool)
     coef = torch.tensor([1.0, 1.0], dtype=torch.float64)  # plain sums, per row
-    terms = graft_objective(
-        logp, old, adv, ones, mask, coef, clip_low=0.2, clip_high=0.28, luffy_gamma=0.1,
-        unclipped_B=torch.tensor([True, False]),
-    )  # fmt: skip
+    terms = policy_objective(Rows(logp, old, adv, mask), ["unclipped", "pg"], ones, coef, PAPER)
     # row 0 unclipped: -(2 + 1); row 1 clipped: -(1.28 + 1)
     assert terms.loss.item() == pytest.approx(-(2.0 + 1.0) - (1.28 + 1.0), abs=1e-12)
     assert terms.clipped_BT.tolist() == [[False, False], [True, False]]
@@ -203,3 +203,29 @@ def test_coefficients_split_equals_whole():
         whole = aggregate(loss, mask, mode=mode, constant=7)
         parts = sum((loss[i : i + 2] * coef[i : i + 2]).sum() for i in range(0, 8, 2))
         assert parts.item() == pytest.approx(whole.item(), rel=1e-12)
+
+
+def test_a_policy_loss_is_one_registered_function_and_its_rows_take_it():
+    """The registry is the one place a per-row loss is added: a throwaway loss registered here
+    is used on its rows, the others keep theirs; an unknown name is refused by name."""
+    from graft.training import loss
+
+    logp = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64))
+    rows = Rows(logp, logp.clone(), torch.tensor([1.0, 1.0], dtype=torch.float64),
+                torch.ones(2, 2, dtype=torch.bool))  # fmt: skip
+    ones = torch.ones(2, dtype=torch.float64)
+
+    @loss.policy_loss("double_pg")
+    def double_pg(r, s):
+        plain, clipped = loss.pg_loss(r, s)
+        return 2 * plain, clipped
+
+    try:
+        terms = policy_objective(rows, ["double_pg", "pg"], ones, ones, PAPER)
+        assert terms.loss.item() == pytest.approx(2 * -(1 + 1) - (1 + 1), abs=1e-12)
+        with pytest.raises(ValueError, match="registered already"):
+            loss.policy_loss("double_pg")(double_pg)
+    finally:
+        del loss.POLICY_LOSSES["double_pg"]
+    with pytest.raises(ValueError, match="unknown policy loss 'double_pg'"):
+        policy_objective(rows, ["double_pg", "pg"], ones, ones, PAPER)

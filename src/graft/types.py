@@ -23,7 +23,8 @@ VERDICT_CATEGORIES: tuple[VerdictCategory, ...] = (
     "error",
 )
 FinishReason = Literal["stop", "length"]
-Objective = Literal["pg", "luffy", "sft", "unclipped"]
+Objective = str
+"""A policy loss's name (`graft.training.loss.POLICY_LOSSES`: pg, luffy, sft, unclipped)."""
 DETAIL_CHARS = 300
 """A verdict's detail is one line of at most this many characters (`clip_detail`)."""
 
@@ -181,8 +182,10 @@ class TrainSequence:
     """Sequence weight multiplying this response's token sum (1 for self responses)."""
     is_peer: bool = False
     objective: Objective = "pg"
-    """`pg`: clipped policy gradient (GRPO/GRAFT); `luffy`: pi / (pi + gamma) shaping without a
-    ratio (a baseline); `sft`: negative log-likelihood (the SGT baseline's supervised term)."""
+    """The policy loss of its row, by name (`graft.training.loss.POLICY_LOSSES`): `pg`, the
+    clipped policy gradient (GRPO/GRAFT); `luffy`, pi / (pi + gamma) shaping without a ratio (a
+    baseline); `sft`, the negative log-likelihood (the SGT baseline's supervised term);
+    `unclipped`, -rho a (the token clip's control)."""
 
     def __post_init__(self) -> None:
         if len(self.response_ids) != len(self.old_logprobs):

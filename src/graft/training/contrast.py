@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from graft.training.loss import POLICY_LOSSES
 from graft.types import TrainGroup
 
 MODES = ("keep", "drop", "resample")
@@ -37,7 +38,7 @@ def has_contrast(group: TrainGroup) -> bool:
     """Whether a training group carries a learning signal: some response has a nonzero advantage
     (its own rewards are not all equal; a peer's group brings the advantages of the peer's mixed
     group), or a supervised row (the SGT baseline's)."""
-    return any(q.advantage != 0 or q.objective == "sft" for q in group.sequences)
+    return any(q.advantage != 0 or POLICY_LOSSES[q.objective].supervised for q in group.sequences)
 
 
 @dataclass(frozen=True)

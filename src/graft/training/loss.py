@@ -12,7 +12,7 @@ tests/test_update.py check it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -162,6 +162,96 @@ def aggregate(
     return (loss_BT * coef_BT).sum()
 
 
+# ---------------------------------------------------------------------------- the policy losses
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The settings the policy losses read (`algo.clip_low`, ...; `exchange.luffy_gamma`)."""
+
+    clip_low: float
+    clip_high: float
+    luffy_gamma: float
+    dual_clip: float = 0.0
+    ratio: str = "token"
+    """`token` (PPO/GRAFT) or `sequence` (GSPO-style, an ablation)."""
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One micro-batch, what every policy loss reads: log-probs under the policy and under the
+    behaviour policy, each row's advantage, and the real tokens."""
+
+    logp_BT: torch.Tensor
+    old_logp_BT: torch.Tensor
+    adv_B: torch.Tensor
+    mask_BT: torch.Tensor
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A per-row loss, by name (`TrainSequence.objective`): `per_token` gives (loss_BT,
+    clipped_BT), the loss of every token and the tokens whose gradient a clip removed."""
+
+    name: str
+    per_token: Callable[[Rows, LossSettings], tuple[torch.Tensor, torch.Tensor]]
+    supervised: bool = False
+    """Its rows carry a gradient whatever their advantage and are averaged among themselves,
+    never in the policy-gradient denominator (`loss_coefficients`). Any other loss must be 0
+    wherever the advantage is 0: such rows are skipped (`algo.skip_zero_advantage`)."""
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+"""The per-row losses by name; a new one is a function and its `policy_loss` line, here."""
+
+
+def policy_loss(name: str, *, supervised: bool = False) -> Callable:
+    """Register the decorated `(rows, settings) -> (loss_BT, clipped_BT)` as `name`."""
+
+    def register(fn: Callable[[Rows, LossSettings], tuple[torch.Tensor, torch.Tensor]]) -> Callable:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is registered already")
+        POLICY_LOSSES[name] = PolicyLoss(name, fn, supervised)
+        return fn
+
+    return register
+
+
+@policy_loss("pg")
+def pg_loss(rows: Rows, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRAFT's and GRPO's: the clipped surrogate of the trainee's ratio, per token (or per
+    response with `ratio: sequence`)."""
+    if s.ratio == "sequence":
+        return sequence_ratio_surrogate(
+            rows.logp_BT, rows.old_logp_BT, rows.adv_B, rows.mask_BT,
+            clip_low=s.clip_low, clip_high=s.clip_high,
+        )  # fmt: skip
+    return clipped_surrogate(
+        rows.logp_BT, rows.old_logp_BT, rows.adv_B,
+        clip_low=s.clip_low, clip_high=s.clip_high, dual_clip=s.dual_clip,
+    )  # fmt: skip
+
+
+@policy_loss("luffy")
+def luffy_loss(rows: Rows, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LUFFY baseline's peer rows: policy shaping, no clip."""
+    loss_BT = luffy_shaping(rows.logp_BT, rows.adv_B, gamma=s.luffy_gamma)
+    return loss_BT, torch.zeros_like(rows.mask_BT)
+
+
+@policy_loss("sft", supervised=True)
+def sft_loss(rows: Rows, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The SGT baseline's peer rows: the negative log-likelihood."""
+    return supervised_nll(rows.logp_BT), torch.zeros_like(rows.mask_BT)
+
+
+@policy_loss("unclipped")
+def unclipped_loss(rows: Rows, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token clip's control (`exchange.peer_update=unclipped`): the plain -rho a."""
+    loss_BT = -rows.adv_B.unsqueeze(-1) * torch.exp(rows.logp_BT - rows.old_logp_BT)
+    return loss_BT, torch.zeros_like(rows.mask_BT)
+
+
 @dataclass(frozen=True)
 class ObjectiveTerms:
     """One micro-batch's loss and the per-token tensors its statistics read (no gradient)."""
@@ -176,22 +266,13 @@ class ObjectiveTerms:
     """The k3 KL estimate per token; zeros without a KL term."""
 
 
-def graft_objective(
-    logp_BT: torch.Tensor,
-    old_logp_BT: torch.Tensor,
-    adv_B: torch.Tensor,
+def policy_objective(
+    rows: Rows,
+    objective_B: Sequence[str],
     w_B: torch.Tensor,
-    mask_BT: torch.Tensor,
     coef_B: torch.Tensor,
+    settings: LossSettings,
     *,
-    clip_low: float,
-    clip_high: float,
-    luffy_gamma: float,
-    dual_clip: float = 0.0,
-    ratio: str = "token",
-    luffy_B: torch.Tensor | None = None,
-    sft_B: torch.Tensor | None = None,
-    unclipped_B: torch.Tensor | None = None,
     ref_logp_BT: torch.Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> ObjectiveTerms:
@@ -199,42 +280,38 @@ def graft_objective(
 
     J = (1 / sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_lo, 1+eps_hi) a_j)
 
-    The reduction is `coef_B`, each sequence's per-token coefficient computed over the whole
-    minibatch (`loss_coefficients`; 1 / sum_j |o_j| for token-mean), so the micro-batches'
-    losses sum to the minibatch's. `ratio="sequence"` uses one ratio per response (GSPO; dual_clip
-    unused). The baselines replace the clipped surrogate on their rows before the weight w:
-    `luffy_B` rows take `luffy_shaping`, `sft_B` rows `supervised_nll`, `unclipped_B` rows the
-    plain -rho a (the token clip's control). With `ref_logp_BT` and
-    kl_coef > 0, kl_coef x k3 KL is added per token after the weight.
+    One weighted reduction: each row's registered loss (`objective_B`: `pg`, the clipped
+    surrogate above, or a baseline's or a control's), times its weight w_j, plus kl_coef x the
+    k3 KL per token with `ref_logp_BT`, reduced by `coef_B`, each sequence's per-token
+    coefficient computed over the whole minibatch (`loss_coefficients`; 1 / sum_j |o_j| for
+    token-mean), so the micro-batches' losses sum to the minibatch's.
     """
-    if ratio == "sequence":
-        loss_BT, clipped_BT = sequence_ratio_surrogate(
-            logp_BT, old_logp_BT, adv_B, mask_BT, clip_low=clip_low, clip_high=clip_high
-        )
-    else:
-        loss_BT, clipped_BT = clipped_surrogate(
-            logp_BT, old_logp_BT, adv_B, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip
-        )
-    if luffy_B is not None:
-        luffy_B1 = luffy_B.unsqueeze(-1)
-        loss_BT = torch.where(luffy_B1, luffy_shaping(logp_BT, adv_B, gamma=luffy_gamma), loss_BT)
-        clipped_BT = clipped_BT & ~luffy_B1
-    if unclipped_B is not None:
-        unclipped_B1 = unclipped_B.unsqueeze(-1)
-        plain_BT = -adv_B.unsqueeze(-1) * torch.exp(logp_BT - old_logp_BT)
-        loss_BT = torch.where(unclipped_B1, plain_BT, loss_BT)
-        clipped_BT = clipped_BT & ~unclipped_B1
-    if sft_B is not None:
-        sft_B1 = sft_B.unsqueeze(-1)
-        loss_BT = torch.where(sft_B1, supervised_nll(logp_BT), loss_BT)
-        clipped_BT = clipped_BT & ~sft_B1
+    loss_BT, clipped_BT = _row_losses(rows, objective_B, settings)
     loss_BT = loss_BT * w_B.unsqueeze(-1)
     kl_BT = torch.zeros_like(loss_BT)
     if ref_logp_BT is not None and kl_coef > 0:
-        kl_BT = kl_k3(logp_BT, ref_logp_BT)
+        kl_BT = kl_k3(rows.logp_BT, ref_logp_BT)
         loss_BT = loss_BT + kl_coef * kl_BT
-    coef_BT = coef_B.to(device=loss_BT.device, dtype=loss_BT.dtype).unsqueeze(-1) * mask_BT
+    coef_BT = coef_B.to(device=loss_BT.device, dtype=loss_BT.dtype).unsqueeze(-1) * rows.mask_BT
     loss = (loss_BT * coef_BT).sum()
     with torch.no_grad():
-        ratio_BT = torch.exp(logp_BT - old_logp_BT)
+        ratio_BT = torch.exp(rows.logp_BT - rows.old_logp_BT)
     return ObjectiveTerms(loss, clipped_BT, ratio_BT, kl_BT.detach())
+
+
+def _row_losses(
+    rows: Rows, objective_B: Sequence[str], settings: LossSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's loss per token, by its registered loss (`pg` computed for every row, the
+    others' rows taking their own in its place)."""
+    unknown = sorted(set(objective_B) - POLICY_LOSSES.keys())
+    if unknown:
+        raise ValueError(f"unknown policy loss {unknown[0]!r}; known: {sorted(POLICY_LOSSES)}")
+    loss_BT, clipped_BT = POLICY_LOSSES["pg"].per_token(rows, settings)
+    for name in sorted(set(objective_B) - {"pg"}):
+        rows_B1 = torch.tensor([o == name for o in objective_B], device=loss_BT.device)
+        rows_B1 = rows_B1.unsqueeze(-1)
+        own_BT, own_clipped_BT = POLICY_LOSSES[name].per_token(rows, settings)
+        loss_BT = torch.where(rows_B1, own_BT, loss_BT)
+        clipped_BT = torch.where(rows_B1, own_clipped_BT, clipped_BT)
+    return loss_BT, clipped_BT

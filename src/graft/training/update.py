@@ -1,7 +1,7 @@
 """One policy's update over a rollout batch: minibatches (peer groups last), micro-batches with
 gradient accumulation, grad-norm clipping, an optimizer step per minibatch, and the statistics.
 
-The loss of a micro-batch is GRAFT's objective (paper eq. 10, `graft_objective` in
+The loss of a micro-batch is GRAFT's objective (paper eq. 10, `policy_objective` in
 `graft.training.loss`):
     J = (1 / sum_j |o_j|) * sum_j w_j * sum_t min(rho_jt a_j, clip(rho_jt, 1-eps_lo, 1+eps_hi) a_j)
 with the reduction's coefficients computed over the whole minibatch. rho is always the trainee's
@@ -21,7 +21,14 @@ import torch
 from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
 from graft.models.modeling import distinct_pairs, sequence_logprobs
 from graft.models.precision import Precision
-from graft.training.loss import ObjectiveTerms, graft_objective, loss_coefficients
+from graft.training.loss import (
+    POLICY_LOSSES,
+    LossSettings,
+    ObjectiveTerms,
+    Rows,
+    loss_coefficients,
+    policy_objective,
+)
 from graft.training.shards import (
     UNSHARDED,
     ShardRank,
@@ -32,39 +39,37 @@ from graft.training.shards import (
 )
 from graft.types import TrainGroup, TrainSequence
 
-_ALGO, _ROLLOUT, _OPTIM, _EXCHANGE = AlgoConfig(), RolloutConfig(), OptimConfig(), ExchangeConfig()
-
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """What the update needs from the config, flattened (kept explicit for tests). The defaults
-    are the config's; `from_config` maps a config onto these fields."""
+    """What one policy's update needs from the config (`from_config` maps a config onto these
+    fields; the defaults are the config's, a test keeps them so)."""
 
-    clip_low: float = _ALGO.clip_low
-    clip_high: float = _ALGO.clip_high
-    dual_clip: float = _ALGO.dual_clip
-    loss_agg: str = _ALGO.loss_agg
-    loss_constant: int = _ALGO.loss_constant
-    minibatches: int = _ALGO.minibatches
-    micro_batch_size: int = _ALGO.micro_batch_size
-    epochs: int = _ALGO.epochs
-    kl_coef: float = _ALGO.kl_coef
-    ratio: str = _ALGO.ratio
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float = 0.0
+    loss_agg: str = "token-mean"
+    loss_constant: int = 0
+    minibatches: int = 4
+    micro_batch_size: int = 32
+    epochs: int = 1
+    kl_coef: float = 0.0
+    ratio: str = "token"
     """`token` (PPO/GRAFT) or `sequence` (GSPO-style, an ablation)."""
-    peer_position: str = _EXCHANGE.peer_position
+    peer_position: str = "last"
     """Where minibatches holding peer groups go: `last` (GRAFT), `first`, `uniform` (shuffled)."""
-    grad_clip: float = _OPTIM.grad_clip
-    temperature: float = _ROLLOUT.temperature
-    luffy_gamma: float = _EXCHANGE.luffy_gamma
-    skip_zero_advantage: bool = _ALGO.skip_zero_advantage
+    grad_clip: float = 1.0
+    temperature: float = 1.0
+    luffy_gamma: float = 0.1
+    skip_zero_advantage: bool = True
     """Skip the forward/backward of responses with exactly zero gradient (see _zero_gradient)."""
-    sort_by_length: bool = _ALGO.sort_by_length
+    sort_by_length: bool = True
     """Cut micro-batches from length-sorted responses (less padding; same sum)."""
-    share_prompts: bool = _ALGO.share_prompts
+    share_prompts: bool = True
     """Run each distinct prompt of a micro-batch once and attach its KV cache to its responses."""
-    dedup_responses: bool = _ALGO.dedup_responses
+    dedup_responses: bool = True
     """Run each distinct (prompt, response) of a micro-batch once; every copy keeps its own loss."""
-    nonfinite: str = _ALGO.nonfinite
+    nonfinite: str = "stop"
     """A NaN/inf loss or gradient norm: no optimizer step; `stop` ends the update there, `skip`
     goes on with the next minibatch (both counted in optim/nonfinite_steps)."""
 
@@ -74,11 +79,12 @@ class UpdateSettings:
         algo: AlgoConfig,
         rollout: RolloutConfig,
         optim: OptimConfig,
-        exchange: ExchangeConfig = _EXCHANGE,
+        exchange: ExchangeConfig | None = None,
     ) -> UpdateSettings:
         """The settings of one policy's update: `algo`, the rollout's temperature and length (the
         `constant` reduction's default normaliser), the policy's `optim` and, when it exchanges,
         `exchange`'s peer position and LUFFY gamma."""
+        exchange = exchange or ExchangeConfig()
         return cls(
             **{name: getattr(algo, name) for name in _SAME_AS_ALGO},
             loss_constant=algo.loss_constant or rollout.max_new_tokens,
@@ -86,6 +92,13 @@ class UpdateSettings:
             grad_clip=optim.grad_clip,
             temperature=rollout.temperature,
             luffy_gamma=exchange.luffy_gamma,
+        )
+
+    @property
+    def loss(self) -> LossSettings:
+        """What the policy losses read."""
+        return LossSettings(
+            self.clip_low, self.clip_high, self.luffy_gamma, self.dual_clip, self.ratio
         )
 
 
@@ -141,7 +154,7 @@ def _micro_loss(
     model: torch.nn.Module,
     seqs: Sequence[TrainSequence],
     coef_B: torch.Tensor,
-    s: UpdateSettings,
+    settings: UpdateSettings,
     *,
     pad_id: int,
     ref_model: torch.nn.Module | None,
@@ -158,9 +171,9 @@ def _micro_loss(
                 prompts,
                 responses,
                 pad_id=pad_id,
-                temperature=s.temperature,
-                share_prompts=s.share_prompts,
-                dedup_responses=s.dedup_responses,
+                temperature=settings.temperature,
+                share_prompts=settings.share_prompts,
+                dedup_responses=settings.dedup_responses,
             )
 
     logp_BT = logprobs(model)
@@ -171,32 +184,22 @@ def _micro_loss(
     for b, q in enumerate(seqs):
         old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)
     old_BT = old_BT.to(dev)
-    luffy_B = sft_B = unclipped_B = ref_BT = None
-    if any(q.objective != "pg" for q in seqs):  # the baselines' and controls' rows
-        luffy_B = torch.tensor([q.objective == "luffy" for q in seqs], device=dev)
-        sft_B = torch.tensor([q.objective == "sft" for q in seqs], device=dev)
-        unclipped_B = torch.tensor([q.objective == "unclipped" for q in seqs], device=dev)
-    if ref_model is not None and s.kl_coef > 0:
+    ref_BT = None
+    if ref_model is not None and settings.kl_coef > 0:
         with torch.no_grad():
             ref_BT = logprobs(ref_model)
-    terms = graft_objective(
+    rows = Rows(
         logp_BT,
         old_BT,
         torch.tensor([q.advantage for q in seqs], dtype=logp_BT.dtype, device=dev),
-        torch.tensor([q.weight for q in seqs], dtype=logp_BT.dtype, device=dev),
         mask_BT,
-        coef_B,
-        clip_low=s.clip_low,
-        clip_high=s.clip_high,
-        dual_clip=s.dual_clip,
-        ratio=s.ratio,
-        luffy_B=luffy_B,
-        sft_B=sft_B,
-        unclipped_B=unclipped_B,
-        luffy_gamma=s.luffy_gamma,
-        ref_logp_BT=ref_BT,
-        kl_coef=s.kl_coef,
     )
+    weight_B = torch.tensor([q.weight for q in seqs], dtype=logp_BT.dtype, device=dev)
+    objective_B = [q.objective for q in seqs]
+    terms = policy_objective(
+        rows, objective_B, weight_B, coef_B, settings.loss, ref_logp_BT=ref_BT,
+        kl_coef=settings.kl_coef,
+    )  # fmt: skip
     return terms.loss, _micro_stats(terms, mask_BT, seqs)
 
 
@@ -219,22 +222,29 @@ def _micro_stats(
     }
 
 
-def sequence_coefficients(sequences: Sequence[TrainSequence], s: UpdateSettings) -> torch.Tensor:
+def sequence_coefficients(
+    sequences: Sequence[TrainSequence], settings: UpdateSettings
+) -> torch.Tensor:
     """Each sequence's per-token loss coefficient over the whole minibatch (see
     `graft.training.loss.loss_coefficients`; supervised rows apart)."""
     return loss_coefficients(
         torch.tensor([q.num_tokens for q in sequences], dtype=torch.long),
-        torch.tensor([q.objective == "sft" for q in sequences], dtype=torch.bool),
-        mode=s.loss_agg,
-        constant=s.loss_constant,
+        torch.tensor([POLICY_LOSSES[q.objective].supervised for q in sequences], dtype=torch.bool),
+        mode=settings.loss_agg,
+        constant=settings.loss_constant,
     )
 
 
-def _zero_gradient(q: TrainSequence, s: UpdateSettings) -> bool:
+def _zero_gradient(q: TrainSequence, settings: UpdateSettings) -> bool:
     """A response whose loss is exactly 0 for every parameter: advantage 0 in a policy-gradient
     (or LUFFY) term, with no KL term. Its forward and backward can be skipped exactly; its tokens
     still count in the token-mean denominator."""
-    return s.skip_zero_advantage and s.kl_coef == 0 and q.objective != "sft" and q.advantage == 0
+    return (
+        settings.skip_zero_advantage
+        and settings.kl_coef == 0
+        and not POLICY_LOSSES[q.objective].supervised
+        and q.advantage == 0
+    )
 
 
 def _length_key(q: TrainSequence) -> tuple:
@@ -252,7 +262,7 @@ def duplicate_tokens(seqs: Sequence[TrainSequence]) -> int:
 def minibatch_backward(
     model: torch.nn.Module,
     sequences: Sequence[TrainSequence],
-    s: UpdateSettings,
+    settings: UpdateSettings,
     *,
     pad_id: int,
     ref_model: torch.nn.Module | None = None,
@@ -266,20 +276,23 @@ def minibatch_backward(
     share of them, graft.training.shards) on how many ranks run them.
     """
     precision = precision or Precision()
-    coef_B = sequence_coefficients(sequences, s)
+    coef_B = sequence_coefficients(sequences, settings)
     totals: dict[str, float] = {}
-    keep = [i for i, q in enumerate(sequences) if not _zero_gradient(q, s)]
+    keep = [i for i, q in enumerate(sequences) if not _zero_gradient(q, settings)]
     kept = set(keep)
     skipped = [q.num_tokens for i, q in enumerate(sequences) if i not in kept]
     totals["tokens"] = float(sum(skipped))  # they count in the denominator, through coef_B
     totals["skipped_tokens"] = float(sum(skipped))
     run = float(sum(len(sequences[i].prompt_ids) + sequences[i].num_tokens for i in keep))
     totals["train_tokens"] = run  # what the passes below run, over all ranks (cost)
-    if ref_model is not None and s.kl_coef > 0:
+    if ref_model is not None and settings.kl_coef > 0:
         totals["ref_tokens"] = run
-    if s.sort_by_length:  # less padding; the sum over sequences does not depend on the order
+    if settings.sort_by_length:  # less padding; the sum over sequences does not depend on the order
         keep.sort(key=lambda i: _length_key(sequences[i]))
-    chunks = [keep[i : i + s.micro_batch_size] for i in range(0, len(keep), s.micro_batch_size)]
+    chunks = [
+        keep[i : i + settings.micro_batch_size]
+        for i in range(0, len(keep), settings.micro_batch_size)
+    ]
     micro_totals: dict[str, float] = {}
     mine = my_chunks(chunks, shard)
     if shard.sharded:  # this rank ran no real sequence of the minibatch (summed over ranks)
@@ -290,12 +303,12 @@ def minibatch_backward(
         else:
             weight = 1.0
         micro = [sequences[i] for i in idx]
-        if s.dedup_responses and weight:  # copies run once; counted for train/duplicate_frac
+        if settings.dedup_responses and weight:  # copies run once; counted for train/duplicate_frac
             dup = float(duplicate_tokens(micro))
             micro_totals["duplicate_tokens"] = micro_totals.get("duplicate_tokens", 0.0) + dup
         coef = coef_B[idx] if weight else coef_B[idx] * 0.0
         loss, stats = _micro_loss(
-            model, micro, coef, s, pad_id=pad_id, ref_model=ref_model, precision=precision
+            model, micro, coef, settings, pad_id=pad_id, ref_model=ref_model, precision=precision
         )
         precision.backward(rank_loss(loss, shard))
         if weight:
@@ -325,7 +338,7 @@ def train_on_batch(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     groups: Sequence[TrainGroup],
-    s: UpdateSettings,
+    settings: UpdateSettings,
     *,
     pad_id: int,
     ref_model: torch.nn.Module | None = None,
@@ -339,15 +352,15 @@ def train_on_batch(
     rank's place when the model is sharded over several (every rank calls this with the same
     groups)."""
     precision = precision or Precision()
-    ordered = order_groups(groups, peer_position=s.peer_position, seed=seed)
-    minibatches = split_minibatches(ordered, s.minibatches)
+    ordered = order_groups(groups, peer_position=settings.peer_position, seed=seed)
+    minibatches = split_minibatches(ordered, settings.minibatches)
     params = [p for p in model.parameters() if p.requires_grad]
     sums: dict[str, float] = {}
     grad_norms: list[float] = []
     nonfinite = passes = 0
     spent = {"train_tokens": 0.0, "ref_tokens": 0.0}  # run, whether or not the step is taken
     lr = optimizer.param_groups[0]["lr"]
-    for _ in range(s.epochs):
+    for _ in range(settings.epochs):
         for mb in minibatches:
             sequences = [q for g in mb for q in g.sequences]
             if not sequences:
@@ -357,7 +370,7 @@ def train_on_batch(
             stats = minibatch_backward(
                 model,
                 sequences,
-                s,
+                settings,
                 pad_id=pad_id,
                 ref_model=ref_model,
                 precision=precision,
@@ -368,12 +381,12 @@ def train_on_batch(
             for key in (*spent, "idle_ranks"):
                 spent[key] = spent.get(key, 0.0) + stats.pop(key, 0.0)
             precision.unscale(optimizer)
-            max_norm = s.grad_clip if s.grad_clip > 0 else float("inf")
+            max_norm = settings.grad_clip if settings.grad_clip > 0 else float("inf")
             norm = total_norm(torch.nn.utils.clip_grad_norm_(params, max_norm))
             if not _finite_step(norm, stats, precision):
                 optimizer.zero_grad(set_to_none=True)  # never reaches optimizer.step
                 nonfinite += 1
-                if s.nonfinite == "stop":
+                if settings.nonfinite == "stop":
                     break
                 continue
             grad_norms.append(norm)
@@ -383,7 +396,7 @@ def train_on_batch(
             stats["fwd_bwd_s"] = t1 - t0
             stats["optim_s"] = time.perf_counter() - t1
             _accumulate(sums, stats)
-        if nonfinite and s.nonfinite == "stop":
+        if nonfinite and settings.nonfinite == "stop":
             break
     optimizer.zero_grad(set_to_none=True)
     num_steps = max(len(grad_norms), 1)
@@ -402,7 +415,7 @@ def train_on_batch(
         "grad_norm_max": max(grad_norms, default=0.0),
         "optim/steps": float(len(grad_norms)),
         "optim/lr": float(lr),
-        "train/tokens": tokens / s.epochs,
+        "train/tokens": tokens / settings.epochs,
         "train/skipped_frac": sums.get("skipped_tokens", 0.0) / tokens,
         "train/duplicate_frac": sums.get("duplicate_tokens", 0.0) / tokens,
         "time/fwd_bwd_s": sums.get("fwd_bwd_s", 0.0),
@@ -412,12 +425,12 @@ def train_on_batch(
     }
     if shard.sharded:  # ranks that had no sequence to train on, per minibatch pass
         out["shard/idle_rank_frac"] = spent["idle_ranks"] / max(passes * shard.world, 1)
-    if nonfinite or s.nonfinite == "skip":  # NaN/inf loss or gradient norm: steps not taken
+    if nonfinite or settings.nonfinite == "skip":  # NaN/inf loss or gradient norm: steps not taken
         out["optim/nonfinite_steps"] = float(nonfinite)
     if precision.scaler is not None:  # float16 compute: steps the loss scaler skipped (overflow)
         out["optim/skipped_steps"] = sums.get("skipped_steps", 0.0)
     if peer_tokens > 0:
         out["loss/peer_clip_frac"] = sums.get("peer_clipped", 0.0) / peer_tokens
-    if s.kl_coef > 0:
+    if settings.kl_coef > 0:
         out["loss/kl"] = sums.get("kl_sum", 0.0) / tokens
     return out
