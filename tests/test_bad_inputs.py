@@ -62,7 +62,7 @@ CASES = [
         [*TRAIN_NEW, *sets(*SMALL, "verify.verifier=nosuch:f")],
         "verify.verifier",
     ),
-    ("stored-without-store", [*TRAIN_NEW, *sets("exchange.source=stored")], "exchange.store"),
+    ("stored-without-store", [*TRAIN_NEW, *sets("exchange.source=stored")], "exchange.stored.path"),
     (
         "ray-asks-too-many-cpus",
         [*TRAIN_NEW, *sets(*SMALL, f"models.0.path={M}", "run.backend=ray", "run.threads=4096")],
@@ -339,15 +339,15 @@ CASES = [
                 *SMALL,
                 f"models.0.path={M}",
                 "exchange.source=stored",
-                "exchange.store=nosuchfs://b/s",
+                "exchange.stored.path=nosuchfs://b/s",
             ),
         ],
-        "exchange.store",
+        "exchange.stored.path",
     ),
     (
         "peer-store-tilde-user",
-        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.store={NOUSER}/s")],
-        "exchange.store",
+        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.stored.path={NOUSER}/s")],
+        "exchange.stored.path",
     ),
     (
         "store-path-other-format",
@@ -362,25 +362,33 @@ CASES = [
     ),
     (
         "peer-store-missing",
-        [*STORED, *sets(f"exchange.store={F}/none")],
-        f"exchange.store {F}/none: {NOT_STORE} (no such directory)",
+        [*STORED, *sets(f"exchange.stored.path={F}/none")],
+        f"exchange.stored.path {F}/none: {NOT_STORE} (no such directory)",
     ),
     (
         "peer-store-not-a-store",
-        [*STORED, *sets(f"exchange.store={F}/notamodel")],
-        f"exchange.store {F}/notamodel: {NOT_STORE} (a directory without store.json)",
+        [*STORED, *sets(f"exchange.stored.path={F}/notamodel")],
+        f"exchange.stored.path {F}/notamodel: {NOT_STORE} (a directory without store.json)",
     ),
     (
         "peer-model-absent",
         [
             *TRAIN_NEW,
-            *sets(*SMALL, "exchange.source=stored", f"exchange.store={S}", "exchange.peer_model=x"),
+            *sets(
+                *SMALL,
+                "exchange.source=stored",
+                f"exchange.stored.path={S}",
+                "exchange.stored.model=x",
+            ),
         ],
-        "exchange.peer_model",
+        "exchange.stored.model",
     ),
     (
         "peer-store-all-damaged",
-        [*TRAIN_NEW, *sets(*SMALL, "exchange.source=stored", f"exchange.store={F}/damaged_store")],
+        [
+            *TRAIN_NEW,
+            *sets(*SMALL, "exchange.source=stored", f"exchange.stored.path={F}/damaged_store"),
+        ],
         ".parquet",
     ),
     # ---------------------------------------------------------------- CLI arguments
@@ -420,10 +428,10 @@ CASES = [
     *[
         (
             f"stored-peer-empty-store{tail}",
-            [*STORED, *sets(f"exchange.store={F}/empty_store", *peer)],
-            f"exchange.store {F}/empty_store: {EMPTY}",
+            [*STORED, *sets(f"exchange.stored.path={F}/empty_store", *peer)],
+            f"exchange.stored.path {F}/empty_store: {EMPTY}",
         )
-        for tail, peer in (("", ()), ("-peer-named", ("exchange.peer_model=x",)))
+        for tail, peer in (("", ()), ("-peer-named", ("exchange.stored.model=x",)))
     ],
     (
         "kl-coef-huge",

@@ -214,7 +214,7 @@ def test_the_code_study_runs_its_design_on_the_code_pair():
     assert [c.sft.peer_model for c in sfts] == ["qwen", "llama"]
     assert pair.models[0].path.endswith("sft_grpo_sft_llama/checkpoints/best/llama")
     assert all(c.task.name == "list_functions" for c in sfts)
-    assert cfgs["graft_rr"][0].exchange.weight == "receiver_relative"
+    assert cfgs["graft_rr"][0].exchange.ablation.weight == "receiver_relative"
 
     from types import SimpleNamespace
 

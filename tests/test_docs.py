@@ -15,7 +15,8 @@ from typing import get_args, get_origin, get_type_hints
 import pytest
 
 from graft.cli import main
-from graft.config import Config, load_config
+from graft.config import AlgoConfig, Config, load_config
+from graft.config.lib import field_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -35,10 +36,13 @@ docs_hooks = _script("docs_hooks")
 
 
 def schema_keys(cls: type = Config, prefix: str = "") -> list[str]:
-    """Every leaf key of the schema, walked from the dataclasses themselves (not through the
-    code that writes the reference), with `N` for a list's entries."""
+    """Every leaf key a user sets, walked from the dataclasses themselves (not through the code
+    that writes the reference), with `N` for a list's entries; the internal switches (that change
+    no result) are not among them."""
     keys = []
     for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
         tp = get_type_hints(cls)[f.name]
         if dataclasses.is_dataclass(tp):
             keys += schema_keys(tp, f"{prefix}{f.name}.")
@@ -62,6 +66,23 @@ def test_config_reference_lists_every_key_of_the_schema():
     missing = [k for k in keys if k not in listed]
     assert not missing, f"docs/reference/config.md lacks {missing}"
     assert not [k for k in listed if k not in keys and k != "models"], "keys the schema lacks"
+
+
+def test_switches_that_change_no_result_stay_out_of_the_reference_and_still_work():
+    internal = [f for f in dataclasses.fields(AlgoConfig) if f.metadata.get("internal")]
+    docs = field_docs(AlgoConfig)
+    assert {f.name for f in internal} == {
+        "skip_zero_advantage",
+        "sort_by_length",
+        "share_prompts",
+        "dedup_responses",
+    }
+    page = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
+    for f in internal:
+        assert "Changes no result" in docs[f.name], f.name  # only such switches are hidden
+        assert f"algo.{f.name}" not in page
+        cfg = load_config(Config, None, [f"algo.{f.name}=false"])  # settable all the same
+        assert getattr(cfg.algo, f.name) is False
 
 
 def test_config_reference_states_what_the_checks_accept():

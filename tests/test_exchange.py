@@ -3,7 +3,7 @@
 import pytest
 
 from exchange_helpers import groups_for
-from graft.config import ExchangeConfig
+from graft.config import AblationConfig, ExchangeConfig
 from graft.exchange import OnlinePeers, balance, exchange, gate, select_transfers, top_m_with_ties
 from graft.types import Imported
 
@@ -117,7 +117,7 @@ def test_a_receiver_with_two_sources_imports_once_and_gets_each_response_back_in
     b = groups_for("b", ["0000", "0000", "1100"])
     c = groups_for("c", ["1100", "1111", "1111"])
     backend = _EchoImports()
-    cfg = ExchangeConfig(balancing=False, weight="none")
+    cfg = ExchangeConfig(balancing=False, ablation=AblationConfig(weight="none"))
     outcome = exchange({"a": a, "b": b, "c": c}, OnlinePeers(), backend, cfg, seed=0)
     assert backend.calls == [{"b": 8}]  # one import call, both sources' responses for b in it
     from_a, from_c = outcome.directions["a", "b"], outcome.directions["c", "b"]

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from graft.cli import main
-from graft.config import ExchangeConfig
+from graft.config import AblationConfig, ExchangeConfig, StoredPeerConfig
 from graft.exchange import StoredPeer
 from graft.groups import group_advantages, make_groups
 from graft.rundir import checkpoint_problems, read_metrics, write_manifest
@@ -173,18 +173,23 @@ def _damage(store: Path) -> Path:
 
 def test_a_damaged_peer_shard_stops_training_unless_skipped_explicitly(runs, capsys):
     """F3, F8: stored-peer training names the damaged shard and stops, before writing anything;
-    with exchange.skip_damaged_shards it trains on, warning and counting."""
+    with exchange.stored.skip_damaged_shards it trains on, warning and counting."""
     store = runs["root"] / "peer_store"
     shutil.copytree(runs["straight"] / "trajectories", store)
     shard = _damage(store)
-    peer = ["exchange.source=stored", f"exchange.store={store}", "exchange.weight=none"]
+    peer = [
+        "exchange.source=stored",
+        f"exchange.stored.path={store}",
+        "exchange.ablation.weight=none",
+    ]
     out = runs["root"] / "receiver"
     assert _train(out, runs["model"], "run.steps=1", *peer) == 2
     err = capsys.readouterr().err.strip()
     assert shard.name in err and "skip_damaged_shards" in err and "\n" not in err
     assert not out.exists()
     assert (
-        _train(out, runs["model"], "run.steps=1", *peer, "exchange.skip_damaged_shards=true") == 0
+        _train(out, runs["model"], "run.steps=1", *peer, "exchange.stored.skip_damaged_shards=true")
+        == 0
     )
     assert shard.name in capsys.readouterr().out
     assert read_metrics(out)[-1]["stored/damaged_shards"] == 1
@@ -231,7 +236,14 @@ def _store_with_rewards(uri: str) -> list[Problem]:
 def test_stored_peer_advantages_follow_the_advantage_settings(tmp_path, mode, eps):
     uri = str(tmp_path / "store")
     problems = _store_with_rewards(uri)
-    peer = StoredPeer(ExchangeConfig(enabled=True, source="stored", store=uri, weight="none"))
+    peer = StoredPeer(
+        ExchangeConfig(
+            enabled=True,
+            source="stored",
+            stored=StoredPeerConfig(path=uri),
+            ablation=AblationConfig(weight="none"),
+        )
+    )
     with VerifierPool(workers=1) as pool:
         groups, _ = peer.source_groups(
             problems, step=0, pool=pool, verifier="final_number", adv_mode=mode, adv_eps=eps

@@ -59,14 +59,14 @@ VARIANTS: dict[str, list[str]] = {
     # The same in-process and smaller: the target of the planted changes below.
     "small": ["run.steps=3", *SMALL],
     # Ablations and baselines, each selected by its config value (3 steps, in-process).
-    "sgt": ["run.steps=3", *SMALL, "exchange.peer_update=sgt"],
-    "luffy": ["run.steps=3", *SMALL, "exchange.peer_update=luffy"],
-    "pooled": ["run.steps=3", *SMALL, "exchange.replacement=pooled"],
-    "success_only": ["run.steps=3", *SMALL, "exchange.replacement=success_only"],
-    "random_selection": ["run.steps=3", *SMALL, "exchange.selection=random"],
-    "random_admission": ["run.steps=3", *SMALL, "exchange.admission=random"],
-    "per_byte": ["run.steps=3", *SMALL, "exchange.weight=per_byte"],
-    "receiver_relative": ["run.steps=3", *SMALL, "exchange.weight=receiver_relative"],
+    "sgt": ["run.steps=3", *SMALL, "exchange.ablation.peer_update=sgt"],
+    "luffy": ["run.steps=3", *SMALL, "exchange.ablation.peer_update=luffy"],
+    "pooled": ["run.steps=3", *SMALL, "exchange.ablation.replacement=pooled"],
+    "success_only": ["run.steps=3", *SMALL, "exchange.ablation.replacement=success_only"],
+    "random_selection": ["run.steps=3", *SMALL, "exchange.ablation.selection=random"],
+    "random_admission": ["run.steps=3", *SMALL, "exchange.ablation.admission=random"],
+    "per_byte": ["run.steps=3", *SMALL, "exchange.ablation.weight=per_byte"],
+    "receiver_relative": ["run.steps=3", *SMALL, "exchange.ablation.weight=receiver_relative"],
     # The floor where a peer response scores just under it (0.7848 at step 0, the small run's
     # closest under 0.8): a change of the floor by 1% flips an admission here.
     "floor": ["run.steps=3", *SMALL, f"exchange.delta={FLOOR}"],
@@ -74,7 +74,7 @@ VARIANTS: dict[str, list[str]] = {
         "run.steps=3",
         *SMALL,
         "exchange.balancing=false",
-        "exchange.peer_position=first",
+        "exchange.ablation.peer_position=first",
     ],
 }
 
@@ -209,8 +209,8 @@ def test_golden_stored_peer(golden_mode, tmp_path):
         "run.steps=3",
         f"models=[{{name: qwen, path: '{MODELS / 'qwen'}', optim: {{lr: 2.0e-5}}}}]",
         "exchange.source=stored",
-        f"exchange.store={source / 'trajectories'}",
-        "exchange.peer_model=llama",
+        f"exchange.stored.path={source / 'trajectories'}",
+        "exchange.stored.model=llama",
         f"run.out_dir={receiver}",
     ]
     cfg = load_config(Config, ROOT / "configs" / "graft_tiny.yaml", overrides)

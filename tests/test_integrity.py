@@ -19,7 +19,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import load_file
 
 from graft.cli import main
-from graft.config import ExchangeConfig
+from graft.config import AblationConfig, ExchangeConfig, StoredPeerConfig
 from graft.errors import DataError
 from graft.exchange import StoredPeer
 from graft.rundir import MANIFEST, checkpoint_problems, save_best, verify_checkpoint
@@ -126,7 +126,8 @@ def test_every_bit_flip_in_a_shard_is_caught(run, tmp_path, capsys):
 
 def test_the_stored_peer_reader_refuses_or_skips_a_flipped_shard(run, tmp_path, capsys):
     """Lookups by prompt id prove each shard too: one flipped bit stops a stored-peer source,
-    naming the shard, unless exchange.skip_damaged_shards (then it is skipped and counted)."""
+    naming the shard, unless exchange.stored.skip_damaged_shards (then it is skipped and
+    counted)."""
     uri = tmp_path / "store"
     shutil.copytree(run / "trajectories", uri)
     shard = sorted(uri.rglob("step_*.parquet"))[-1]
@@ -137,11 +138,18 @@ def test_the_stored_peer_reader_refuses_or_skips_a_flipped_shard(run, tmp_path, 
     assert problems  # the prompts of the flipped step are found while it is intact
     data = shard.read_bytes()
     shard.write_bytes(_flip(data, len(data) * 4))  # a bit in the middle of the file
-    cfg = ExchangeConfig(enabled=True, source="stored", store=str(uri), weight="none")
+    cfg = ExchangeConfig(
+        enabled=True,
+        source="stored",
+        stored=StoredPeerConfig(path=str(uri)),
+        ablation=AblationConfig(weight="none"),
+    )
     with pytest.raises(DamagedShardError) as err:
         StoredPeer(cfg)
     assert rel in str(err.value) and "skip_damaged_shards" in str(err.value)
-    lenient = StoredPeer(dataclasses.replace(cfg, skip_damaged_shards=True))
+    lenient = StoredPeer(
+        dataclasses.replace(cfg, stored=dataclasses.replace(cfg.stored, skip_damaged_shards=True))
+    )
     assert lenient.damaged == [rel] and rel in capsys.readouterr().out
     assert lenient.store.lookup(list(problems), model="policy", step=1) == {}
     with VerifierPool(workers=1) as pool:

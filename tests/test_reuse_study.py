@@ -18,20 +18,20 @@ def test_each_arm_trains_against_the_log_and_records_the_design_names(tmp_path):
     assert s.seeds == (10, 11, 12, 13, 14) and s.steps == 40 and s.prompts_per_step == 8
     out = tmp_path
     a = stored_config(s, out, 10, "a", "llama").exchange
-    assert (a.source, a.peer_model, a.peer_records, a.weight, a.delta) == (
+    assert (a.source, a.stored.model, a.stored.records, a.ablation.weight, a.delta) == (
         "stored", "qwen", "same_step", "paper", 0.8
     )  # fmt: skip
-    assert a.store == str(out / "code/seed_10/grpo/trajectories")
-    b = stored_config(s, out, 14, "b", "qwen").exchange
-    assert b.store == str(out / "code/seed_10/grpo/trajectories") and b.peer_records == "latest"
-    c = stored_config(s, out, 12, "c", "qwen").exchange
-    assert c.store == str(out / "code/seed_12/logs/final_llama") and c.peer_model == "llama"
-    e = stored_config(s, out, 10, "e", "llama").exchange
-    assert e.peer_rewards == "shuffled" and e.store == a.store
+    assert a.stored.path == str(out / "code/seed_10/grpo/trajectories")
+    b = stored_config(s, out, 14, "b", "qwen").exchange.stored
+    assert b.path == str(out / "code/seed_10/grpo/trajectories") and b.records == "latest"
+    c = stored_config(s, out, 12, "c", "qwen").exchange.stored
+    assert c.path == str(out / "code/seed_12/logs/final_llama") and c.model == "llama"
+    e = stored_config(s, out, 10, "e", "llama").exchange.stored
+    assert e.rewards == "shuffled" and e.path == a.stored.path
     assert stored_config(s, out, 10, "a", "llama").run.label == ARMS["a"].label
     grpo = pair_config(s, out, 11, "grpo")
     assert not grpo.exchange.enabled and grpo.run.save_every == 40 and grpo.run.seed == 11
-    controls = {n: pair_config(s, out, 11, n).exchange for n in CONTROLS}
+    controls = {n: pair_config(s, out, 11, n).exchange.ablation for n in CONTROLS}
     assert controls["ctl_success_only"].replacement == "success_only"
     assert controls["ctl_no_weight"].weight == "none"
     assert controls["ctl_unclipped"].peer_update == "unclipped"

@@ -68,7 +68,7 @@ def test_a_log_sampled_from_a_checkpoint_trains_a_stored_peer_run(tmp_path, llam
     assert meta["config"]["task"]["arithmetic"]["num_train"] == 48
 
     out = tmp_path / "qwen"
-    stored = ["exchange.source=stored", f"exchange.store={log}", "exchange.delta=0.0"]
+    stored = ["exchange.source=stored", f"exchange.stored.path={log}", "exchange.delta=0.0"]
     assert _train(out, *_solo("qwen", "qwen2-bpe-add"), "run.steps=3", *stored) == 0
     peer = {
         row["prompt_id"]: row["group_successes"]

@@ -265,7 +265,7 @@ def test_what_keeps_a_path_from_being_a_store_is_said_the_same_way_everywhere(tm
         "afile/s": f"not a graft trajectory store ({tmp_path}/afile is a file, not a directory)",
         "plain": "not a graft trajectory store (a directory without store.json)",
     }
-    for key in ("", "sft.store", "exchange.store"):
+    for key in ("", "sft.store", "exchange.stored.path"):
         named = lambda path, key=key: f"{key} {path}" if key else str(path)  # noqa: E731
         for rel, text in why.items():
             with pytest.raises(StoreError) as err:

@@ -65,8 +65,8 @@ def test_train_from_a_stored_peer(tmp_path, llama_grpo_store):
             *_solo("qwen", "qwen2-bpe-add"),
             "run.steps=4",
             "exchange.source=stored",
-            f"exchange.store={llama_grpo_store}",
-            "exchange.peer_records=same_step",
+            f"exchange.stored.path={llama_grpo_store}",
+            "exchange.stored.records=same_step",
             "exchange.delta=0.0",
         )
         == 0
@@ -89,7 +89,7 @@ def test_a_disagreeing_receiver_verifier_changes_rewards(tmp_path, llama_grpo_st
             *_solo("qwen", "qwen2-bpe-add"),
             "run.steps=2",
             "exchange.source=stored",
-            f"exchange.store={llama_grpo_store}",
+            f"exchange.stored.path={llama_grpo_store}",
             "verify.verifier=disagreeing_verifier:inverted",
         )
         == 0
@@ -106,7 +106,7 @@ def test_missing_peer_prompts_mean_no_transfer(tmp_path, llama_grpo_store):
             *_solo("qwen", "qwen2-bpe-add"),
             "run.steps=1",
             "exchange.source=stored",
-            f"exchange.store={llama_grpo_store}",
+            f"exchange.stored.path={llama_grpo_store}",
             "task.arithmetic.seed=99",
         )
         == 0
@@ -132,18 +132,18 @@ def test_records_without_logprobs_need_a_receiver_only_weight(tmp_path, llama_gr
         *_solo("qwen", "qwen2-bpe-add"),
         "run.steps=1",
         "exchange.source=stored",
-        f"exchange.store={stripped}",
+        f"exchange.stored.path={stripped}",
     )
     err = capsys.readouterr().err
-    assert code == 2 and "exchange.weight=paper" in err and "receiver_relative" in err
+    assert code == 2 and "exchange.ablation.weight=paper" in err and "receiver_relative" in err
     assert (
         _run(
             out,
             *_solo("qwen", "qwen2-bpe-add"),
             "run.steps=1",
             "exchange.source=stored",
-            f"exchange.store={stripped}",
-            "exchange.weight=receiver_relative",
+            f"exchange.stored.path={stripped}",
+            "exchange.ablation.weight=receiver_relative",
         )
         == 0
     )
@@ -162,9 +162,9 @@ def test_stored_mode_reproduces_the_online_direction(tmp_path):
             *_solo("qwen", "qwen2-bpe-add"),
             "run.steps=3",
             "exchange.source=stored",
-            f"exchange.store={online / 'trajectories'}",
-            "exchange.peer_model=llama",
-            "exchange.peer_records=same_step",
+            f"exchange.stored.path={online / 'trajectories'}",
+            "exchange.stored.model=llama",
+            "exchange.stored.records=same_step",
             "exchange.balancing=false",
         )
         == 0
@@ -225,7 +225,7 @@ def test_the_update_gets_the_peers_own_advantages_from_its_record_of_the_same_st
     from graft.trainer import Trainer
 
     sets = [*COMMON, *_solo("qwen", "qwen2-bpe-add"), "run.steps=4", "exchange.source=stored",
-            f"exchange.store={llama_grpo_store}", "exchange.peer_records=same_step",
+            f"exchange.stored.path={llama_grpo_store}", "exchange.stored.records=same_step",
             "exchange.delta=0.0", f"run.out_dir={tmp_path / 'qwen'}"]  # fmt: skip
     trainer = Trainer(load_config(Config, None, sets))
     batches = []
@@ -282,10 +282,10 @@ def test_shuffled_peer_rewards_keep_the_gate_and_give_each_program_another_membe
     """The negative control: the same prompts grafted, the same programs, each group's
     advantages the same values, but on other members (the peer's evidence made random)."""
     sets = [*COMMON, *_solo("qwen", "qwen2-bpe-add"), "run.steps=4", "exchange.source=stored",
-            f"exchange.store={llama_grpo_store}", "exchange.peer_records=same_step",
+            f"exchange.stored.path={llama_grpo_store}", "exchange.stored.records=same_step",
             "exchange.delta=0.0"]  # fmt: skip
     verified = _peer_batches(tmp_path / "verified", sets)
-    shuffled = _peer_batches(tmp_path / "shuffled", [*sets, "exchange.peer_rewards=shuffled"])
+    shuffled = _peer_batches(tmp_path / "shuffled", [*sets, "exchange.stored.rewards=shuffled"])
     moved = 0
     for a, b in zip(verified, shuffled, strict=True):
         pa, pb = ([g for g in x["qwen"] if g.is_peer] for x in (a, b))
@@ -302,8 +302,8 @@ def test_unclipped_peer_updates_leave_only_the_peer_tokens_unclipped(tmp_path, l
     """peer_update=unclipped (the token clip's control): the peer responses train with the
     objective `unclipped`, none of their tokens is clipped, the receiver's own still are."""
     sets = [*COMMON, *_solo("qwen", "qwen2-bpe-add"), "run.steps=4", "exchange.source=stored",
-            f"exchange.store={llama_grpo_store}", "exchange.peer_records=same_step",
-            "exchange.delta=0.0", "exchange.peer_update=unclipped"]  # fmt: skip
+            f"exchange.stored.path={llama_grpo_store}", "exchange.stored.records=same_step",
+            "exchange.delta=0.0", "exchange.ablation.peer_update=unclipped"]  # fmt: skip
     batches = _peer_batches(tmp_path / "run", sets)
     objectives = {(g.is_peer, q.objective) for b in batches for g in b["qwen"] for q in g.sequences}
     assert (True, "unclipped") in objectives and (True, "pg") not in objectives

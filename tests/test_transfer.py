@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from exchange_helpers import groups_for
-from graft.config import ExchangeConfig
+from graft.config import AblationConfig, ExchangeConfig
 from graft.exchange import (
     Selection,
     admission_weight,
@@ -98,7 +98,7 @@ def test_eos_handling_is_the_same_on_both_sides():
     a, b, sel = _setup()
     reqs = transfer_requests(sel, a)
     imps = _imported((-0.5, -5.0), (-0.5, -5.0), (-0.5, -5.0), (-0.5, -5.0))
-    cfg = ExchangeConfig(eos_in_score=False, delta=0.0)
+    cfg = ExchangeConfig(ablation=AblationConfig(eos_in_score=False), delta=0.0)
     result = graft_direction(sel, b, a, reqs, imps, cfg)
     # without EOS: l_R = -0.5, l_S = -0.5 -> s = 1
     assert [q.weight for q in result.groups[0].sequences] == pytest.approx([1.0] * 4)
@@ -108,13 +108,20 @@ def test_per_byte_and_receiver_relative_scores():
     a, b, sel = _setup()
     reqs = transfer_requests(sel, a)  # texts "ans0".."ans3": 4 bytes each
     imps = _imported((-0.2, -0.2, -0.2), (-0.2, -0.2, -0.2), (-1, -1, -1), (-1, -1, -1))
-    per_byte = graft_direction(sel, b, a, reqs, imps, ExchangeConfig(weight="per_byte", delta=0))
+    per_byte = graft_direction(
+        sel, b, a, reqs, imps, ExchangeConfig(ablation=AblationConfig(weight="per_byte"), delta=0)
+    )
     # sum_R = -0.6, sum_S = -0.6 -> s = 1; sum_R = -3 -> s = exp(-2.4 / 4)
     assert [q.weight for q in per_byte.groups[0].sequences] == pytest.approx(
         [1, 1, math.exp(-2.4 / 4), math.exp(-2.4 / 4)]
     )
     rel = graft_direction(
-        sel, b, a, reqs, imps, ExchangeConfig(weight="receiver_relative", delta=0)
+        sel,
+        b,
+        a,
+        reqs,
+        imps,
+        ExchangeConfig(ablation=AblationConfig(weight="receiver_relative"), delta=0),
     )
     # receiver's own responses on prompt 0 have mean log-prob -0.2 -> s = exp(l_R + 0.2)
     assert [q.weight for q in rel.groups[0].sequences] == pytest.approx(
@@ -127,7 +134,9 @@ def test_pooled_success_only_sgt_and_luffy():
     same = (-0.3, -0.3)
     reqs = transfer_requests(sel, a)
     imps = _imported(same, same, same, same)
-    pooled = graft_direction(sel, b, a, reqs, imps, ExchangeConfig(replacement="pooled")).groups[0]
+    pooled = graft_direction(
+        sel, b, a, reqs, imps, ExchangeConfig(ablation=AblationConfig(replacement="pooled"))
+    ).groups[0]
     rewards = torch.tensor([0, 0, 0, 0, 1, 1, 0, 0], dtype=torch.float64)
     adv = ((rewards - rewards.mean()) / (rewards.std() + 1e-6)).tolist()
     assert [q.advantage for q in pooled.sequences] == pytest.approx(adv)
@@ -138,13 +147,25 @@ def test_pooled_success_only_sgt_and_luffy():
 
     sgt_reqs = transfer_requests(sel, a, peer_update="sgt", seed=1)
     assert len(sgt_reqs) == 1 and sgt_reqs[0].member in (0, 1)
-    sgt = graft_direction(sel, b, a, sgt_reqs, _imported(same), ExchangeConfig(peer_update="sgt"))
+    sgt = graft_direction(
+        sel,
+        b,
+        a,
+        sgt_reqs,
+        _imported(same),
+        ExchangeConfig(ablation=AblationConfig(peer_update="sgt")),
+    )
     seqs = sgt.groups[0].sequences
     assert [q.objective for q in seqs] == ["pg"] * 4 + ["sft"]
     assert seqs[-1].weight == pytest.approx(0.1) and all(q.advantage == 0 for q in seqs[:4])
 
     luffy = graft_direction(
-        sel, b, a, reqs, _imported(same, same, (-5, -5), same), ExchangeConfig(peer_update="luffy")
+        sel,
+        b,
+        a,
+        reqs,
+        _imported(same, same, (-5, -5), same),
+        ExchangeConfig(ablation=AblationConfig(peer_update="luffy")),
     ).groups[0]
     assert [q.objective for q in luffy.sequences] == ["luffy"] * 4
     assert [q.weight for q in luffy.sequences] == [1.0] * 4  # no compatibility weight, no floor
@@ -155,6 +176,8 @@ def test_random_admission_is_count_matched():
     reqs = transfer_requests(sel, a)
     imps = _imported((-0.3, -0.3), (-0.4, -0.4), (-0.6, -0.6), (-0.6, -0.6))
     by_weight = graft_direction(sel, b, a, reqs, imps, ExchangeConfig())
-    rand = graft_direction(sel, b, a, reqs, imps, ExchangeConfig(admission="random"), seed=3)
+    rand = graft_direction(
+        sel, b, a, reqs, imps, ExchangeConfig(ablation=AblationConfig(admission="random")), seed=3
+    )
     assert rand.metrics["admitted"] == by_weight.metrics["admitted"] == 2
     assert [q.weight for q in rand.groups[0].sequences] == [1.0, 1.0]

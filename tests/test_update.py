@@ -306,7 +306,7 @@ def test_scoring_runs_each_distinct_response_once(random_lm):
 def test_update_settings_default_to_the_configs_defaults_and_map_a_config():
     import dataclasses
 
-    from graft.config import AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
+    from graft.config import AblationConfig, AlgoConfig, ExchangeConfig, OptimConfig, RolloutConfig
 
     mapped = UpdateSettings.from_config(AlgoConfig(), RolloutConfig(), OptimConfig())
     # loss_constant 0 means rollout.max_new_tokens, which the mapping fills in
@@ -316,7 +316,7 @@ def test_update_settings_default_to_the_configs_defaults_and_map_a_config():
         AlgoConfig(clip_high=0.5, loss_constant=7, dedup_responses=False),
         RolloutConfig(temperature=0.7),
         OptimConfig(grad_clip=2.0),
-        ExchangeConfig(peer_position="first", luffy_gamma=0.3),
+        ExchangeConfig(ablation=AblationConfig(peer_position="first", luffy_gamma=0.3)),
     )
     got = (changed.clip_high, changed.loss_constant, changed.dedup_responses, changed.temperature)
     assert got == (0.5, 7, False, 0.7)

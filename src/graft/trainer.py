@@ -120,7 +120,7 @@ class Trainer:
             if isinstance(err, ConfigError | DataError | FileNotFoundError):
                 raise
             raise ConfigError(
-                f"exchange.store {cfg.exchange.store}: cannot open it: {err}"
+                f"exchange.stored.path {cfg.exchange.stored.path}: cannot open it: {err}"
             ) from None
         except BaseException:
             self.close()

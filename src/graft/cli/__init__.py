@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 from graft.cli import (
     code,
@@ -51,6 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    shown_as, warnings.showwarning = (
+        warnings.showwarning,
+        partial(_show_warning, warnings.showwarning),
+    )
+    try:
+        return _run(args)
+    finally:
+        warnings.showwarning = shown_as
+
+
+def _run(args: argparse.Namespace) -> int:
     from graft.errors import RunStopped, user_errors
 
     try:
@@ -66,6 +80,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunStopped as err:
         print(f"graft: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
+
+
+def _show_warning(
+    shown_as: Callable[..., None], message: Warning | str, category: type[Warning], *args: Any
+) -> None:
+    """graft's own warnings (a deprecated config key) as one line; others as before."""
+    from graft.config.lib import ConfigDeprecationWarning
+
+    if issubclass(category, ConfigDeprecationWarning):
+        print(f"graft: warning: {message}", file=sys.stderr)
+    else:
+        shown_as(message, category, *args)
 
 
 def _os_error(err: OSError) -> int:

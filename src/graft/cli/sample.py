@@ -11,7 +11,7 @@ SAMPLE_EPILOG = """examples:
   graft sample --run runs/code_grpo --policy qwen --out logs/qwen_final     # a run's checkpoint
   graft sample --config configs/graft_code.yaml --policy qwen --out logs/qwen_pre   # its start
   graft sample --config my_pair.yaml --model Qwen/Qwen2.5-1.5B-Instruct --out logs/qwen --n 16
-  graft train configs/graft_stored_tiny.yaml --set exchange.store=logs/qwen_final
+  graft train configs/graft_stored_tiny.yaml --set exchange.stored.path=logs/qwen_final
 """
 
 
@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> None:
         "verifies each with the task's verifier and writes the groups (token ids, generation "
         "log-probs, rewards, advantages) to the trajectory store at --out, with the model, its "
         "weights' digest, the settings and the versions in the store's run metadata: a store "
-        "that exchange.store takes as it is. The task, its verifier and the default sampling "
+        "that exchange.stored.path takes as it is. The task, its verifier and the default sampling "
         "settings (rollout.group_size, temperature, top_p, top_k, max_new_tokens) come from "
         "--config, or from the run of --run. A sampling killed and started again with the "
         "same arguments goes on where it stopped (no row lost or doubled).",

@@ -12,6 +12,7 @@ KL, AdamW (0.9, 0.999), wd 0.01, grad clip 1.0, temperature 1, top-p 1)."""
 from graft.config.checks import Plan, make_plan
 from graft.config.lib import ConfigError, load_config, to_dict
 from graft.config.schema import (
+    AblationConfig,
     AlgoConfig,
     Config,
     EvalConfig,
@@ -23,6 +24,7 @@ from graft.config.schema import (
     RunConfig,
     SftConfig,
     StoreConfig,
+    StoredPeerConfig,
     VerifyConfig,
     ZeroContrastConfig,
 )
@@ -35,6 +37,7 @@ from graft.config.task_schema import (
 )
 
 __all__ = [
+    "AblationConfig",
     "AlgoConfig",
     "ArithmeticConfig",
     "CodeDataConfig",
@@ -52,6 +55,7 @@ __all__ = [
     "RunConfig",
     "SftConfig",
     "StoreConfig",
+    "StoredPeerConfig",
     "TaskConfig",
     "VerifyConfig",
     "ZeroContrastConfig",

@@ -374,19 +374,21 @@ def _check_task(cfg: Config) -> None:
 
 
 def _check_exchange(cfg: Config) -> None:
-    x = cfg.exchange
+    x, a, st = cfg.exchange, cfg.exchange.ablation, cfg.exchange.stored
     _check(0 <= x.delta < 1e9, "exchange.delta", "must be >= 0")
-    _number(x.sgt_coef, "exchange.sgt_coef", 0)
-    _number(x.luffy_gamma, "exchange.luffy_gamma", 0, open_low=True)
+    _number(a.sgt_coef, "exchange.ablation.sgt_coef", 0)
+    _number(a.luffy_gamma, "exchange.ablation.luffy_gamma", 0, open_low=True)
     _count(x.warn_after, "exchange.warn_after", 1)
-    _count(x.peer_step, "exchange.peer_step", 0)
-    _check_path(x.store, "exchange.store")
+    _count(st.step, "exchange.stored.step", 0)
+    _check_path(st.path, "exchange.stored.path")
     if x.source == "stored" and x.enabled:
-        _check(bool(x.store), "exchange.store", "stored mode needs the peer's trajectory store")
+        _check(
+            bool(st.path), "exchange.stored.path", "stored mode needs the peer's trajectory store"
+        )
         _check(len(cfg.models) == 1, "models", "stored mode trains exactly one model")
     _check(
-        x.peer_rewards == "verified" or x.source == "stored",
-        "exchange.peer_rewards",
+        st.rewards == "verified" or x.source == "stored",
+        "exchange.stored.rewards",
         "shuffled needs a stored peer (exchange.source=stored)",
     )
 

@@ -12,6 +12,7 @@ import os
 import textwrap
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -102,13 +103,67 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
 
 
 REPLACED = {"run.tensorboard": "run.report_to (write run.report_to: [tensorboard])"}
-"""Keys of earlier versions, and what took their place."""
+"""Keys of earlier versions that no longer load, and what took their place."""
+
+_ABLATION = ("weight", "eos_in_score", "replacement", "peer_position", "selection", "admission")
+_STORED = {"store": "path", "peer_model": "model", "peer_run": "run", "peer_records": "records"}
+MOVED = {
+    **{f"exchange.{k}": f"exchange.ablation.{k}" for k in _ABLATION},
+    **{f"exchange.{k}": f"exchange.ablation.{k}" for k in ("peer_update", "sgt_coef")},
+    "exchange.luffy_gamma": "exchange.ablation.luffy_gamma",
+    **{f"exchange.{k}": f"exchange.stored.{v}" for k, v in _STORED.items()},
+    "exchange.peer_step": "exchange.stored.step",
+    "exchange.peer_rewards": "exchange.stored.rewards",
+    "exchange.skip_damaged_shards": "exchange.stored.skip_damaged_shards",
+}
+"""Keys of earlier versions that still load, each with a one-line warning, and their new key."""
+
+INTERNAL = {"internal": True}
+"""Field metadata of a switch that changes no result (a speed path that tests and benchmarks
+turn off to compare): settable, but left out of the config reference users read."""
+
+
+class ConfigDeprecationWarning(FutureWarning):
+    """A config key of an earlier version, loaded under its new name."""
+
+
+def _move_deprecated(data: dict[str, Any], prefix: str, *, warn: bool = True) -> dict[str, Any]:
+    """`data` (the mapping at `prefix`) with each key of MOVED under its new place, warning once
+    per key (unless not `warn`); ConfigError when the old and the new key are both set."""
+    moved = {k: v for k, v in data.items() if f"{prefix}.{k}" in MOVED}
+    if not moved:
+        return data
+    out = {k: v for k, v in data.items() if k not in moved}
+    for key, value in moved.items():
+        old, new = f"{prefix}.{key}", MOVED[f"{prefix}.{key}"]
+        section, leaf = new[len(prefix) + 1 :].split(".")
+        target = out.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"{prefix}.{section}: expected a mapping, got {target!r}")
+        if leaf in target:
+            raise ConfigError(f"{old}: set twice, as {old} and as {new}; keep {new}")
+        out[section] = {**target, leaf: value}
+        if warn:
+            message = f"config key {old} is deprecated; it is now {new}"
+            warnings.warn(message, ConfigDeprecationWarning, stacklevel=2)
+    return out
+
+
+def current_shape(data: dict[str, Any]) -> dict[str, Any]:
+    """A whole config mapping as written by an earlier version (a run's config.yaml), with its
+    MOVED keys in their current places, silently: a record is read, not a user's config."""
+    out = dict(data)
+    for section in sorted({old.split(".")[0] for old in MOVED}):
+        if isinstance(out.get(section), dict):
+            out[section] = _move_deprecated(out[section], section, warn=False)
+    return out
 
 
 def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
     """Build dataclass `cls` from a mapping; unknown keys and wrong types raise ConfigError."""
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    data = _move_deprecated(data, prefix)
     for key in data:
         if key not in names:
             where = f"{prefix}.{key}" if prefix else str(key)
@@ -255,21 +310,26 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """Rows (key, type, default, doc) for every leaf field, for `graft config --help`."""
+def describe(
+    cls: type, prefix: str = "", *, internal: bool = False
+) -> list[tuple[str, str, str, str]]:
+    """Rows (key, type, default, doc) for every leaf field, for `graft config --help`; the
+    INTERNAL switches only when `internal` is set."""
     rows = []
     hints = get_type_hints(cls)
     docs = field_docs(cls)
     default_obj = cls()
     for f in dataclasses.fields(cls):
+        if f.metadata.get("internal") and not internal:
+            continue
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
         value = getattr(default_obj, f.name)
         if dataclasses.is_dataclass(tp):
-            rows.extend(describe(tp, prefix=f"{key}."))
+            rows.extend(describe(tp, prefix=f"{key}.", internal=internal))
         elif get_origin(tp) is tuple and get_args(tp) and dataclasses.is_dataclass(get_args(tp)[0]):
             rows.append((key, f"list of {get_args(tp)[0].__name__}", "", docs.get(f.name, "")))
-            rows.extend(describe(get_args(tp)[0], prefix=f"{key}.N."))
+            rows.extend(describe(get_args(tp)[0], prefix=f"{key}.N.", internal=internal))
         else:
             rows.append((key, _type_name(tp), repr(to_dict(value)), docs.get(f.name, "")))
     return rows

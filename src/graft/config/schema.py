@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from graft.config.checks import validate
+from graft.config.lib import INTERNAL
 from graft.config.task_schema import TaskConfig
 
 
@@ -246,16 +247,16 @@ class AlgoConfig:
     """Recompute behavior log-probs with a forward pass instead of reusing generation log-probs."""
     ratio: Literal["token", "sequence"] = "token"
     """Importance ratio per token (PPO, GRAFT) or one per response (GSPO-style; an ablation)."""
-    skip_zero_advantage: bool = True
+    skip_zero_advantage: bool = field(default=True, metadata=INTERNAL)
     """Skip the forward/backward of responses whose gradient is exactly zero (advantage 0, no
     KL); their tokens still count in the loss denominator. Changes no result."""
-    sort_by_length: bool = True
+    sort_by_length: bool = field(default=True, metadata=INTERNAL)
     """Form micro-batches from length-sorted responses to cut padding. Changes no result."""
-    share_prompts: bool = True
+    share_prompts: bool = field(default=True, metadata=INTERNAL)
     """Run each distinct prompt once per batch, in generation and in every log-prob forward pass,
     and attach its KV cache to each of its n responses instead of repeating the prompt n times.
     Changes no result beyond float rounding."""
-    dedup_responses: bool = True
+    dedup_responses: bool = field(default=True, metadata=INTERNAL)
     """Run each distinct (prompt, response) pair once per batch in every log-prob forward pass
     (training and scoring peer responses); each copy keeps its own loss term, and its gradient
     flows into the one computed copy. Identical responses are common when a policy answers a
@@ -268,14 +269,10 @@ class AlgoConfig:
 
 
 @dataclass(frozen=True)
-class ExchangeConfig:
-    enabled: bool = True
-    """Exchange groups between policies (GRAFT); false trains each policy with plain GRPO."""
-    balancing: bool = True
-    """Transfer the same number m of prompts each way (paper section 2); two policies only
-    rank-and-cut, see docs/method.md for more than two."""
-    delta: float = 0.8
-    """Admission floor: a peer response with compatibility s <= delta is dropped."""
+class AblationConfig:
+    """Departures from the paper's exchange, for ablations and baselines; the defaults are the
+    paper's."""
+
     weight: Literal["paper", "none", "per_byte", "receiver_relative"] = "paper"
     """Compatibility score s: `paper` exp(mean logp_R - mean logp_S); `none` w = 1 for all;
     `per_byte` exp((sum logp_R - sum logp_S) / UTF-8 bytes); `receiver_relative`
@@ -301,31 +298,53 @@ class ExchangeConfig:
     """Coefficient of the SGT supervised term."""
     luffy_gamma: float = 0.1
     """gamma of the LUFFY-style shaping f(pi) = pi / (pi + gamma)."""
+
+
+@dataclass(frozen=True)
+class StoredPeerConfig:
+    """Where a stored peer's groups come from (`exchange.source: stored`)."""
+
+    path: str = ""
+    """The peer's trajectory store (a run's `trajectories/` folder, a `graft sample` log; path
+    or URI)."""
+    model: str = ""
+    """The peer's model name in the store; empty: the only model there."""
+    run: str = ""
+    """The peer's run id in the store; empty: the only run of that model."""
+    records: Literal["latest", "same_step", "step"] = "latest"
+    """Which group per prompt: the most recent record, the one written at the same step number
+    as the receiver's current step, or the one at `exchange.stored.step`."""
+    step: int = 0
+    """With records=step: the step whose records are used."""
+    rewards: Literal["verified", "shuffled"] = "verified"
+    """The peer's rewards as the receiver's verifier gives them, or `shuffled` within each group
+    (a negative control: the peer's programs with a random signal; seeded by the step and the
+    prompt)."""
+    skip_damaged_shards: bool = False
+    """Skip a damaged shard of the peer's store (a warning for each, counted in
+    `stored/damaged_shards`) instead of stopping with an error that names it."""
+
+
+@dataclass(frozen=True)
+class ExchangeConfig:
+    enabled: bool = True
+    """Exchange groups between policies (GRAFT); false trains each policy with plain GRPO."""
+    balancing: bool = True
+    """Transfer the same number m of prompts each way (paper section 2); two policies only
+    rank-and-cut, see docs/method.md for more than two."""
+    delta: float = 0.8
+    """Admission floor: a peer response with compatibility s <= delta is dropped."""
+    source: Literal["online", "stored"] = "online"
+    """`online`: co-training policies exchange groups; `stored`: ONE policy takes groups from a
+    peer's recorded trajectories (`exchange.stored`), re-verified, one direction, no balancing."""
     too_long: Literal["drop", "truncate"] = "drop"
     """A re-tokenized peer response longer than rollout.max_new_tokens: drop it, or cut it."""
     warn_after: int = 10
     """Warn when a direction has had candidates but admitted nothing for this many steps."""
-    source: Literal["online", "stored"] = "online"
-    """`online`: co-training policies exchange groups; `stored`: ONE policy takes groups from a
-    peer's recorded trajectories (`exchange.store`), re-verified, one direction, no balancing."""
-    store: str = ""
-    """Stored mode: the peer's trajectory store (a run's `trajectories/` folder, path or URI)."""
-    peer_model: str = ""
-    """Stored mode: the peer's model name in the store; empty: the only model there."""
-    peer_run: str = ""
-    """Stored mode: the peer's run id in the store; empty: the only run of that model."""
-    peer_records: Literal["latest", "same_step", "step"] = "latest"
-    """Stored mode: which group per prompt: the most recent record, the one written at the same
-    step number as the receiver's current step, or the one at `peer_step`."""
-    peer_step: int = 0
-    """Stored mode with peer_records=step: the step whose records are used."""
-    peer_rewards: Literal["verified", "shuffled"] = "verified"
-    """Stored mode: the peer's rewards as the receiver's verifier gives them, or `shuffled`
-    within each group (a negative control: the peer's programs with a random signal; seeded by
-    the step and the prompt)."""
-    skip_damaged_shards: bool = False
-    """Stored mode: skip a damaged shard of the peer's store (a warning for each, counted in
-    `stored/damaged_shards`) instead of stopping with an error that names it."""
+    ablation: AblationConfig = field(default_factory=AblationConfig)
+    """Departures from the paper's exchange (ablations, baselines, controls)."""
+    stored: StoredPeerConfig = field(default_factory=StoredPeerConfig)
+    """The stored peer (`exchange.source: stored`)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """`graft sample`: a peer log from any model. The model samples `n` responses to every prompt of
 a task's split, every response is verified with the task's verifier, and the groups are written
 to a trajectory store (the schema a training run writes), with the sampling's provenance in the
-store's run metadata: a store `exchange.store` takes as it is.
+store's run metadata: a store `exchange.stored.path` takes as it is.
 
 The prompts are taken in chunks of `chunk`; chunk k is one shard, `step_k`, and its rows carry
 step k. Every prompt appears once, so a stored peer's `latest` record is its only one. Each

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from graft.config.lib import current_shape
 from graft.errors import DataError
 from graft.evidence.compute_axis import AXES, COST_KEYS, run_compute, to_compute_axis
 from graft.evidence.endpoints import CURVE_MEAN, apply_holm, parse_endpoint, run_primary
@@ -48,8 +49,8 @@ IGNORED_KEYS = (
     "eval.",  # compared through the evaluation setup instead
     "sft.",  # `graft sft` only; a run that starts from an SFT checkpoint names it in its path
     "verify.workers",
-    "exchange.store",
-    "exchange.peer_run",
+    "exchange.stored.path",
+    "exchange.stored.run",
     "exchange.warn_after",
     "algo.skip_zero_advantage",  # speed switches: tested to change no result
     "algo.sort_by_length",
@@ -138,6 +139,7 @@ def load_units(run_dir: Path) -> list[Unit]:
         raise DataError(f"{run_dir / 'config.yaml'}: not valid YAML ({err})") from None
     if not isinstance(cfg, dict) or not cfg.get("models"):
         raise DataError(f"{run_dir / 'config.yaml'}: not a graft run config (no models)")
+    cfg = current_shape(cfg)  # a run of an earlier version compares under today's keys
     records = read_metrics(run_dir)
     models = cfg["models"]
     flat = _flatten({k: v for k, v in cfg.items() if k != "models"})
@@ -366,7 +368,7 @@ def _policy_report(
         sig = us[0].signature
         regime = regime_reports(
             [u.exchange for u in us],
-            weight=json.loads(sig.get("exchange.weight", '"paper"')),
+            weight=json.loads(sig.get("exchange.ablation.weight", '"paper"')),
             delta=float(json.loads(sig.get("exchange.delta", "0.8"))),
         )
         if regime:

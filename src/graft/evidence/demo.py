@@ -69,7 +69,9 @@ on seed 100 (docs/evidence.md, "Code-pair pilot result")."""
 METHODS = {
     "grpo": Method("GRPO", ("exchange.enabled=false",)),
     "graft": Method("GRAFT (paper weight)"),
-    "graft_rr": Method("GRAFT (receiver_relative)", ("exchange.weight=receiver_relative",)),
+    "graft_rr": Method(
+        "GRAFT (receiver_relative)", ("exchange.ablation.weight=receiver_relative",)
+    ),
     "stored": Method("GRAFT (stored peer)", stored=True),
     "grpo4x": Method("GRPO, 4x group size", ("exchange.enabled=false",)),
     "grpo2x": Method("GRPO, 2x group size", ("exchange.enabled=false",)),
@@ -83,12 +85,18 @@ METHODS = {
     "sft_grpo": Method("SFT on the peer, then GRPO", ("exchange.enabled=false",), sft=True),
 }
 ABLATIONS = {
-    "no_weight": Method("ablation: no weight", ("exchange.weight=none",)),
+    "no_weight": Method("ablation: no weight", ("exchange.ablation.weight=none",)),
     "no_floor": Method("ablation: no floor", ("exchange.delta=0",)),
     "no_balancing": Method("ablation: no balancing", ("exchange.balancing=false",)),
-    "success_only": Method("ablation: success only", ("exchange.replacement=success_only",)),
-    "random_selection": Method("ablation: random selection", ("exchange.selection=random",)),
-    "random_admission": Method("ablation: random admission", ("exchange.admission=random",)),
+    "success_only": Method(
+        "ablation: success only", ("exchange.ablation.replacement=success_only",)
+    ),
+    "random_selection": Method(
+        "ablation: random selection", ("exchange.ablation.selection=random",)
+    ),
+    "random_admission": Method(
+        "ablation: random admission", ("exchange.ablation.admission=random",)
+    ),
 }
 ALL_METHODS = {**METHODS, **ABLATIONS}
 MAIN_METHODS = ("grpo", "graft", "graft_rr", "stored")
@@ -288,9 +296,9 @@ def run_configs(s: DemoSettings, root: Path, regime: str, seed: int) -> dict[str
                     _models(s, regime, (m,)),
                     *common,
                     "exchange.source=stored",
-                    f"exchange.store={base / 'grpo' / 'trajectories'}",
-                    f"exchange.peer_model={other}",
-                    "exchange.peer_records=same_step",
+                    f"exchange.stored.path={base / 'grpo' / 'trajectories'}",
+                    f"exchange.stored.model={other}",
+                    "exchange.stored.records=same_step",
                     "run.threads=1",
                 ],
             )

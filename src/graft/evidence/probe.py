@@ -164,7 +164,7 @@ def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
             counts = [d.get("counts", {}) for d in per_step]
             scores = [(float(s), bool(ok)) for d in per_step for s, ok in d.get("scores", [])]
             d = direction_summary(correct[b], correct[a], n, counts, scores)
-            d["verdict"] = verdict(d, source=a, receiver=b, weight=cfg.exchange.weight)
+            d["verdict"] = verdict(d, source=a, receiver=b, weight=cfg.exchange.ablation.weight)
             directions[key] = d
     verdicts = [grpo_verdict(m, name=name) for name, m in models.items()]
     verdicts += [resample_verdict(m, name=name) for name, m in models.items()]
@@ -175,7 +175,7 @@ def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
         "sampled_steps": raw["sampled_steps"],
         "prompts": len(raw["steps"]) * raw["prompts_per_step"],
         "n": n,
-        "weight": cfg.exchange.weight,
+        "weight": cfg.exchange.ablation.weight,
         "delta": cfg.exchange.delta,
         "models": models,
         "directions": directions,

@@ -121,7 +121,7 @@ def _verdict(report: Mapping[str, Any], direction: str, *, weight: str, delta: f
         s: v["correct"] for s, v in report["if"].items() if s != weight and v["correct"]
     }
     text = (
-        f"{direction}: the gate starves this direction: exchange.weight={weight} (delta "
+        f"{direction}: the gate starves this direction: exchange.ablation.weight={weight} (delta "
         f"{delta:g}) admitted only {100 * share:.0f}% of the peer's correct responses"
     )
     if alternatives:
@@ -129,8 +129,8 @@ def _verdict(report: Mapping[str, Any], direction: str, *, weight: str, delta: f
         if alternatives[best] > share:
             wrong = report["if"][best]["wrong"]
             text += (
-                f"; exchange.weight={best} would have admitted {100 * alternatives[best]:.0f}% "
-                f"(and {_pct(wrong)} of the wrong ones)"
+                f"; exchange.ablation.weight={best} would have admitted "
+                f"{100 * alternatives[best]:.0f}% (and {_pct(wrong)} of the wrong ones)"
             )
     return True, text
 

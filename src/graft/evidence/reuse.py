@@ -57,21 +57,24 @@ class Arm:
 
 ARMS = {
     "a": Arm("stored a: the peer's GRPO log, same seed, same step", "grpo",
-             ("exchange.peer_records=same_step",), 0.0),
+             ("exchange.stored.records=same_step",), 0.0),
     "b": Arm("stored b: the peer's GRPO log of another seed", "grpo_next",
-             ("exchange.peer_records=latest",), None),
+             ("exchange.stored.records=latest",), None),
     "c": Arm("stored c: frozen log of the peer's step-40 GRPO checkpoint", "final",
-             ("exchange.peer_records=latest",), 20.5),
+             ("exchange.stored.records=latest",), 20.5),
     "d": Arm("stored d: frozen log of the peer's pre-trained model", "pre",
-             ("exchange.peer_records=latest",), -19.5),
+             ("exchange.stored.records=latest",), -19.5),
     "e": Arm("stored e: log a with its rewards shuffled (negative control)", "grpo",
-             ("exchange.peer_records=same_step", "exchange.peer_rewards=shuffled"), 0.0),
+             ("exchange.stored.records=same_step", "exchange.stored.rewards=shuffled"), 0.0),
 }  # fmt: skip
 PRIMARY_ARMS = ("a", "b", "c", "d")
 CONTROLS = {
-    "ctl_success_only": ("control: correct-only exchange", ("exchange.replacement=success_only",)),
-    "ctl_no_weight": ("control: no compatibility weight", ("exchange.weight=none",)),
-    "ctl_unclipped": ("control: no token ratio clip", ("exchange.peer_update=unclipped",)),
+    "ctl_success_only": (
+        "control: correct-only exchange",
+        ("exchange.ablation.replacement=success_only",),
+    ),
+    "ctl_no_weight": ("control: no compatibility weight", ("exchange.ablation.weight=none",)),
+    "ctl_unclipped": ("control: no token ratio clip", ("exchange.ablation.peer_update=unclipped",)),
 }
 LOG_N = 8
 
@@ -123,8 +126,8 @@ def stored_config(s: DemoSettings, out: Path, seed: int, arm: str, receiver: str
         _models(s, REGIME, (receiver,)),
         f"run.label={json.dumps(ARMS[arm].label)}",
         "exchange.source=stored",
-        f"exchange.store={store_of(s, out, seed, arm, receiver)}",
-        f"exchange.peer_model={PEER[receiver]}",
+        f"exchange.stored.path={store_of(s, out, seed, arm, receiver)}",
+        f"exchange.stored.model={PEER[receiver]}",
         *ARMS[arm].overrides,
         "run.threads=1",
         "run.backend=inprocess",

@@ -1,13 +1,13 @@
 """The exchange's controls and baselines (docs/method.md, "Controls and baselines"), each selected
 by one config value; the paper's path (gate, weight, replace) never branches on them.
 
-    exchange.selection=random          as many prompts as the gate chose, at random
-    exchange.replacement=success_only  only the source's correct responses are sent
-    exchange.replacement=pooled        own + peer responses, advantages over the pooled rewards
-    exchange.admission=random          as many responses as w admitted, at random, w = 1
-    exchange.peer_update=sgt           GRPO kept, + sgt_coef x NLL of one correct peer response
-    exchange.peer_update=luffy         pi / (pi + gamma) on the peer tokens, no weight, no clip
-    exchange.peer_update=unclipped     the paper's update, the peer tokens' ratio not clipped
+    exchange.ablation.selection=random          as many prompts as the gate chose, at random
+    exchange.ablation.replacement=success_only  only the source's correct responses are sent
+    exchange.ablation.replacement=pooled        own + peer responses, advantages pooled
+    exchange.ablation.admission=random          as many responses as w admitted, at random, w = 1
+    exchange.ablation.peer_update=sgt           GRPO kept, + sgt_coef x NLL of one correct response
+    exchange.ablation.peer_update=luffy         pi / (pi + gamma) on the peer tokens, no clip
+    exchange.ablation.peer_update=unclipped     the paper's update, the peer tokens' ratio unclipped
 """
 
 from __future__ import annotations
@@ -70,12 +70,14 @@ def weights_for(
     """The weights the configured update uses: the paper's w, w = 1 for the baselines that use no
     compatibility weight (sgt, luffy), or a random admission of as many responses."""
     out = list(weights)
-    if cfg.peer_update in ("sgt", "luffy"):
+    if cfg.ablation.peer_update in ("sgt", "luffy"):
         out = [0.0 if imp.drop else 1.0 for imp in imported]
-    if cfg.admission == "random":
+    if cfg.ablation.admission == "random":
         return random_admission(out, imported, seed=seed)
-    if cfg.admission != "weight":
-        raise ValueError(f"unknown exchange.admission {cfg.admission!r}; use weight or random")
+    if cfg.ablation.admission != "weight":
+        raise ValueError(
+            f"unknown exchange.ablation.admission {cfg.ablation.admission!r}; use weight or random"
+        )
     return out
 
 
@@ -136,10 +138,10 @@ def sgt_groups(d: Direction, weights: Sequence[float], *, coef: float) -> dict[i
 
 def replacement_for(cfg: ExchangeConfig, *, adv_mode: str, adv_eps: float) -> Replace:
     """The replacement rule of the configured update (the paper's unless an ablation is set)."""
-    if cfg.peer_update == "sgt":
-        return partial(sgt_groups, coef=cfg.sgt_coef)
-    if cfg.peer_update in ("luffy", "unclipped"):
-        return partial(replacement_groups, objective=cfg.peer_update)
-    if cfg.replacement == "pooled":
+    if cfg.ablation.peer_update == "sgt":
+        return partial(sgt_groups, coef=cfg.ablation.sgt_coef)
+    if cfg.ablation.peer_update in ("luffy", "unclipped"):
+        return partial(replacement_groups, objective=cfg.ablation.peer_update)
+    if cfg.ablation.replacement == "pooled":
         return partial(pooled_groups, adv_mode=adv_mode, adv_eps=adv_eps)
     return replacement_groups

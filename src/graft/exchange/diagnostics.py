@@ -117,7 +117,7 @@ def what_if_admission(d: Direction, cfg: ExchangeConfig) -> dict[str, float]:
     the configured delta (`admit_if/<score>/{correct,wrong}`): which score would feed a direction
     that the configured one starves. Pure arithmetic on the same records; changes no weight."""
     out = {f"admit_if/{m}/{k}": 0.0 for m in WHAT_IF_SCORES for k in ("correct", "wrong")}
-    eos = cfg.eos_in_score
+    eos = cfg.ablation.eos_in_score
     own = own_means(d, eos_in_score=eos)
     for req, imp in zip(d.requests, d.imported, strict=True):
         if imp.drop:
@@ -152,6 +152,6 @@ class AdmissionMonitor:
                 messages.append(
                     f"exchange {source}->{receiver}: responses were offered but none admitted for "
                     f"{self.warn_after} steps; see {direction}/s_p50_* (compatibility scores vs "
-                    f"exchange.delta) and consider exchange.weight=receiver_relative"
+                    f"exchange.delta) and consider exchange.ablation.weight=receiver_relative"
                 )
         return messages

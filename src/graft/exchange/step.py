@@ -65,7 +65,7 @@ def select_transfers(
         num_prompts = len(groups[names[0]])
         chosen = ablations.random_prompts(names, chosen, num_prompts=num_prompts, seed=seed)
     elif selection != "gate":
-        raise ValueError(f"unknown exchange.selection {selection!r}; use gate or random")
+        raise ValueError(f"unknown exchange.ablation.selection {selection!r}; use gate or random")
     return selections(names, candidates, chosen)
 
 
@@ -78,7 +78,7 @@ class OnlinePeers:
         chosen = select_transfers(
             groups,
             balancing=cfg.balancing,
-            selection=cfg.selection,
+            selection=cfg.ablation.selection,
             seed=derive_seed(at.seed, "selection"),
         )
         return Offer(groups, chosen)
@@ -127,8 +127,10 @@ def graft_direction(
 ) -> DirectionResult:
     """Weigh and replace for one (source -> receiver) direction, with its diagnostics."""
     d = Direction(selection, receiver, source, requests, imported)
-    s_values = compatibility_scores(d, mode=cfg.weight, eos_in_score=cfg.eos_in_score)
-    weights = admission_weights(s_values, imported, delta=cfg.delta, mode=cfg.weight)
+    s_values = compatibility_scores(
+        d, mode=cfg.ablation.weight, eos_in_score=cfg.ablation.eos_in_score
+    )
+    weights = admission_weights(s_values, imported, delta=cfg.delta, mode=cfg.ablation.weight)
     weights = ablations.weights_for(weights, imported, cfg, seed=seed)
     replace = ablations.replacement_for(cfg, adv_mode=adv_mode, adv_eps=adv_eps)
     groups = replace(d, weights)
@@ -171,8 +173,8 @@ def exchange(
         (a, b): transfer_requests(
             s,
             offer.groups[a],
-            replacement=cfg.replacement,
-            peer_update=cfg.peer_update,
+            replacement=cfg.ablation.replacement,
+            peer_update=cfg.ablation.peer_update,
             seed=derive_seed(seed, a, b, "requests"),
         )
         for (a, b), s in chosen.items()

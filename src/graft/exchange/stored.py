@@ -5,8 +5,9 @@ Each step, the peer's group for every prompt of the receiver's batch is looked u
 its responses are RE-VERIFIED with the receiver's verifier against the receiver's gold answer,
 advantages are recomputed from those rewards, and the same gate, weights and update apply, in one
 direction, without balancing. A prompt without a peer record simply gets no transfer (counted).
-A damaged shard stops the run with an error naming it, unless `exchange.skip_damaged_shards` is
-set: then it is skipped, with a warning for each and the count in `stored/damaged_shards`.
+A damaged shard stops the run with an error naming it, unless
+`exchange.stored.skip_damaged_shards` is set: then it is skipped, with a warning for each and the
+count in `stored/damaged_shards`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from graft.types import Completion, Group, Problem, Rollout, Verdict
 from graft.verify.pool import VerifierPool
 
 NEEDS_SOURCE_LOGPROBS = ("paper", "per_byte")
-SKIP_HINT = "set exchange.skip_damaged_shards=true to train on without it"
+SKIP_HINT = "set exchange.stored.skip_damaged_shards=true to train on without it"
 
 
 class StoredPeer:
@@ -41,9 +42,9 @@ class StoredPeer:
         self.damaged: list[str] = []
         try:
             self.store = TrajectoryStore(
-                cfg.store,
-                key="exchange.store",
-                strict=not cfg.skip_damaged_shards,
+                cfg.stored.path,
+                key="exchange.stored.path",
+                strict=not cfg.stored.skip_damaged_shards,
                 on_damage=self._skipped,
             )
             info = self.store.info()
@@ -51,34 +52,41 @@ class StoredPeer:
             raise DamagedShardError(f"{self._named(err)}; {SKIP_HINT}") from None
         except StoreError as err:
             raise StoreError(self._named(err)) from None
-        self.model = self.store.pick_model(cfg.peer_model, key="exchange.peer_model")
-        self.run_id = cfg.peer_run or None
+        self.model = self.store.pick_model(cfg.stored.model, key="exchange.stored.model")
+        self.run_id = cfg.stored.run or None
         self.store.index(self.model, self.run_id)  # fails early on an ambiguous run
         self.name = f"stored:{self.model}"
-        if cfg.weight in NEEDS_SOURCE_LOGPROBS and not info["models"][self.model]["has_logprobs"]:
+        if (
+            cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS
+            and not info["models"][self.model]["has_logprobs"]
+        ):
             raise ConfigError(
-                f"exchange.weight={cfg.weight}: the compatibility weight needs the source's "
-                f"generation log-probs, but records of {self.model!r} in {cfg.store} have none; "
-                f"choose a receiver-only weight explicitly (exchange.weight=receiver_relative or "
-                f"none)"
+                f"exchange.ablation.weight={cfg.ablation.weight}: the compatibility weight needs "
+                f"the source's generation log-probs, but records of {self.model!r} in "
+                f"{cfg.stored.path} have none; choose a receiver-only weight explicitly "
+                f"(exchange.ablation.weight=receiver_relative or none)"
             )
 
     def _named(self, err: StoreError) -> str:
-        """The error naming exchange.store (a shard's own error names only the shard)."""
+        """The error naming exchange.stored.path (a shard's own error names only the shard)."""
         text = str(err)
-        return text if text.startswith("exchange.") else f"exchange.store {self.cfg.store}: {text}"
+        return (
+            text
+            if text.startswith("exchange.")
+            else f"exchange.stored.path {self.cfg.stored.path}: {text}"
+        )
 
     def _skipped(self, path: str, why: str) -> None:
         from tqdm.auto import tqdm
 
         self.damaged.append(path)
-        tqdm.write(f"warning: exchange.skip_damaged_shards: skipped {why}")
+        tqdm.write(f"warning: exchange.stored.skip_damaged_shards: skipped {why}")
 
     def _step_filter(self, step: int) -> int | None:
-        if self.cfg.peer_records == "same_step":
+        if self.cfg.stored.records == "same_step":
             return step
-        if self.cfg.peer_records == "step":
-            return self.cfg.peer_step
+        if self.cfg.stored.records == "step":
+            return self.cfg.stored.step
         return None
 
     def source_groups(
@@ -114,7 +122,7 @@ class StoredPeer:
             vs = verdicts_flat[pos : pos + len(rows)]
             pos += len(rows)
             changed += sum(v.reward != row["reward"] for v, row in zip(vs, rows))
-            if self.cfg.peer_rewards == "shuffled":
+            if self.cfg.stored.rewards == "shuffled":
                 vs = shuffled(vs, step=step, prompt_id=p.id)
             rollouts.append(Rollout(p, self.name, (), tuple(_completion(r) for r in rows)))
             verdicts.append(vs)
@@ -137,12 +145,13 @@ class StoredPeer:
         return groups, metrics
 
     def _check_logprobs(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        if self.cfg.weight in NEEDS_SOURCE_LOGPROBS and any(
+        if self.cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS and any(
             len(r["logprobs"]) != len(r["token_ids"]) or not r["logprobs"] for r in rows
         ):
             raise ConfigError(
-                f"exchange.weight={self.cfg.weight}: a record of prompt {rows[0]['prompt_id']} in "
-                f"{self.cfg.store} has no generation log-probs; use a receiver-only weight"
+                f"exchange.ablation.weight={self.cfg.ablation.weight}: a record of prompt "
+                f"{rows[0]['prompt_id']} in {self.cfg.stored.path} has no generation log-probs; "
+                f"use a receiver-only weight"
             )
 
     def offer(
@@ -167,7 +176,7 @@ class StoredPeer:
 
 
 def shuffled(verdicts: Sequence[Verdict], *, step: int, prompt_id: str) -> list[Verdict]:
-    """exchange.peer_rewards=shuffled (a negative control): the group's verdicts permuted among
+    """exchange.stored.rewards=shuffled (a negative control): the group's verdicts permuted among
     its members, by a stream seeded from the step and the prompt. The group keeps its count of
     successes (the gate decides as before); each program gets another member's reward."""
     out = list(verdicts)

@@ -16,7 +16,7 @@ from graft.exchange.records import Direction
 from graft.types import Completion, Group, Imported
 
 SCORES = ("paper", "none", "per_byte", "receiver_relative")
-"""The documented scores s (`exchange.weight`)."""
+"""The documented scores s (`exchange.ablation.weight`)."""
 
 
 def scored_logprobs(logprobs: Sequence[float], *, stopped: bool, eos_in_score: bool) -> list[float]:
@@ -54,7 +54,7 @@ def compatibility(
     if mode == "receiver_relative":
         l_r = mean_logprob(imported.logprobs, stopped=stopped, eos_in_score=eos_in_score)
         return math.exp(l_r - receiver_own_mean)
-    raise ValueError(f"unknown exchange.weight {mode!r}; known: {', '.join(SCORES)}")
+    raise ValueError(f"unknown exchange.ablation.weight {mode!r}; known: {', '.join(SCORES)}")
 
 
 def own_mean_logprob(group: Group, *, eos_in_score: bool) -> float:

@@ -167,7 +167,8 @@ def aggregate(
 
 @dataclass(frozen=True)
 class LossSettings:
-    """The settings the policy losses read (`algo.clip_low`, ...; `exchange.luffy_gamma`)."""
+    """The settings the policy losses read (`algo.clip_low`, ...;
+    `exchange.ablation.luffy_gamma`)."""
 
     clip_low: float
     clip_high: float
@@ -247,7 +248,7 @@ def sft_loss(rows: Rows, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
 
 @policy_loss("unclipped")
 def unclipped_loss(rows: Rows, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
-    """The token clip's control (`exchange.peer_update=unclipped`): the plain -rho a."""
+    """The token clip's control (`exchange.ablation.peer_update=unclipped`): the plain -rho a."""
     loss_BT = -rows.adv_B.unsqueeze(-1) * torch.exp(rows.logp_BT - rows.old_logp_BT)
     return loss_BT, torch.zeros_like(rows.mask_BT)
 

@@ -88,10 +88,10 @@ class UpdateSettings:
         return cls(
             **{name: getattr(algo, name) for name in _SAME_AS_ALGO},
             loss_constant=algo.loss_constant or rollout.max_new_tokens,
-            peer_position=exchange.peer_position,
+            peer_position=exchange.ablation.peer_position,
             grad_clip=optim.grad_clip,
             temperature=rollout.temperature,
-            luffy_gamma=exchange.luffy_gamma,
+            luffy_gamma=exchange.ablation.luffy_gamma,
         )
 
     @property
