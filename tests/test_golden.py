@@ -126,7 +126,7 @@ cost counts (tests/test_cost.py) and the share of each batch with reward contras
 
 
 def run_recorded(cfg: Config, run_dir: Path) -> dict:
-    import graft.exchange.step as exchange_step
+    import graft.exchange.algorithm as exchange_step
 
     trainer = Trainer(cfg)
     batches: list[dict] = []

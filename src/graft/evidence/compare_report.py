@@ -1,4 +1,4 @@
-"""`graft compare`, part 2: compare.md, compare.json and compare.png from `compare_runs`."""
+"""What `graft compare` writes: compare.md, compare.json and compare.png from `compare_runs`."""
 
 from __future__ import annotations
 

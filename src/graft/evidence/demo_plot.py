@@ -1,4 +1,4 @@
-"""`graft demo`, part 4: curves.png.
+"""The demo's figure, curves.png.
 
 A grid read at a glance: one row per model (and regime, where a design has two), four columns:
 its own (strong) skill and its peer's (weak) skill over the evaluations (one line per method,

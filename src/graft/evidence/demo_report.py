@@ -1,4 +1,5 @@
-"""`graft demo`, part 2: complementarity (the paper's Figure 1), the runs, and the results files.
+"""The demo's analysis: complementarity (the paper's Figure 1), the finished runs compared, and
+results.json (with results.md and curves.png beside it).
 
 Every comparison goes through `graft.evidence.compare` (paired per-seed differences against GRPO
 with a 95% Student t interval over seeds) and `graft.evidence.regime` (where the gate finds

@@ -1,4 +1,4 @@
-"""`graft demo`, part 3: results.md, from results.json's content."""
+"""The demo's results.md: the text a reader sees, written from results.json's content."""
 
 from __future__ import annotations
 

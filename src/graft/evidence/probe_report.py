@@ -1,4 +1,4 @@
-"""`graft probe`, part 2: probe.md, probe.json and probe.png from the probe's summary."""
+"""What `graft probe` writes: probe.md, probe.json and probe.png from the probe's summary."""
 
 from __future__ import annotations
 

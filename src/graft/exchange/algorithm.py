@@ -1,7 +1,8 @@
-"""One step of GRAFT for every receiver, online or from a stored peer: the paper's Algorithm 1 from
-the verified groups to each receiver's training batch, in the order of docs/method.md.
+"""The paper's Algorithm 1: one step of GRAFT for every receiver, online or from a stored peer,
+from the verified groups to each receiver's training batch, in the order of docs/method.md.
 
-    offer     the source's groups and selections: gate + balance (online), gate (stored)
+    offer     the source's groups and selections (graft.exchange.sources): gate + balance
+              (online), gate (stored)
     requests  the selected source groups' responses, as strings
     import    each receiver re-tokenizes them and scores them with its behavior policy
     weigh     s and w per response (graft.exchange.weight)
@@ -14,74 +15,27 @@ The ablations and baselines enter only through `graft.exchange.ablations`, by co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from graft.config import ExchangeConfig
 from graft.exchange import ablations
 from graft.exchange.diagnostics import direction_metrics, skill_metrics, what_if_admission
-from graft.exchange.gate import gate_pairs, one_source_per_prompt, selections, success_counts
 from graft.exchange.records import (
     Direction,
     DirectionResult,
     ExchangeOutcome,
-    Offer,
     Selection,
     StepInfo,
 )
 from graft.exchange.replace import all_members, peer_requests, receiver_batch
-from graft.exchange.stored import StoredPeer
+from graft.exchange.sources import Pair, Source
 from graft.exchange.weight import admission_weights, compatibility_scores
 from graft.groups import self_train_group
 from graft.seeds import derive_seed
 from graft.types import Group, Imported, PeerResponse, TrainGroup
-from graft.verify.pool import VerifierPool
 
 if TYPE_CHECKING:
     from graft.backends import Backend
-
-Pair = tuple[str, str]
-
-
-class Source(Protocol):
-    """Where the peer groups of a step come from."""
-
-    def offer(
-        self, groups: Mapping[str, Sequence[Group]], cfg: ExchangeConfig, at: StepInfo
-    ) -> Offer: ...
-
-
-def select_transfers(
-    groups: Mapping[str, Sequence[Group]],
-    *,
-    balancing: bool = True,
-    selection: str = "gate",
-    seed: int = 0,
-) -> list[Selection]:
-    """Gate, balance and one source per prompt, for every ordered pair of co-training policies."""
-    names = list(groups)
-    candidates, chosen = gate_pairs(groups, balancing=balancing)
-    chosen = one_source_per_prompt(names, chosen, success_counts(groups))
-    if selection == "random":
-        num_prompts = len(groups[names[0]])
-        chosen = ablations.random_prompts(names, chosen, num_prompts=num_prompts, seed=seed)
-    elif selection != "gate":
-        raise ValueError(f"unknown exchange.ablation.selection {selection!r}; use gate or random")
-    return selections(names, candidates, chosen)
-
-
-class OnlinePeers:
-    """The source of online GRAFT: the co-training policies themselves."""
-
-    def offer(
-        self, groups: Mapping[str, Sequence[Group]], cfg: ExchangeConfig, at: StepInfo
-    ) -> Offer:
-        chosen = select_transfers(
-            groups,
-            balancing=cfg.balancing,
-            selection=cfg.ablation.selection,
-            seed=derive_seed(at.seed, "selection"),
-        )
-        return Offer(groups, chosen)
 
 
 def transfer_requests(
@@ -218,18 +172,3 @@ def receiver_batches(
         batches[receiver] = receiver_batch(groups[receiver], replacements, selected)
         replaced[receiver] = frozenset(selected)
     return batches, replaced
-
-
-def make_source(
-    cfg: ExchangeConfig,
-    *,
-    num_policies: int,
-    pool: VerifierPool | None = None,
-    verifier: str = "",
-) -> Source | None:
-    """The configured exchange source: co-training peers, a stored peer, or none (GRPO)."""
-    if not cfg.enabled:
-        return None
-    if cfg.source == "stored":
-        return StoredPeer(cfg, pool=pool, verifier=verifier)
-    return OnlinePeers() if num_policies > 1 else None
