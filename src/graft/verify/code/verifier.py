@@ -97,7 +97,8 @@ class CodeTests:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len({"call": self.calls, "stdio": self.stdin, "assert": self.tests}[self.form])
+        """The number of tests: one per call, input or assert statement (`cases_of`)."""
+        return len(cases_of(self))
 
     def to_gold(self) -> str:
         body: dict[str, Any] = {"form": self.form, "rel_tol": self.rel_tol}
