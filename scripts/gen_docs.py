@@ -1,7 +1,8 @@
 """Write the documentation's generated reference pages: every command's options (from the
-argparse parser) and every config key (from the schema and its checks, as `graft config --docs`).
+argparse parser), every config key (from the schema and its checks, as `graft config --docs`) and
+every column of the trajectory record (from the store writer's schema).
 
-    python scripts/gen_docs.py           # write docs/reference/cli.md and docs/reference/config.md
+    python scripts/gen_docs.py           # write docs/reference/cli.md, config.md and store.md
     python scripts/gen_docs.py --check   # exit 1, naming them, when a committed page is stale
 
 The pages are committed, so they read on a code host too; `make docs` runs `--check` before the
@@ -134,9 +135,35 @@ def config_reference(rows: list[KeyDoc] | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def store_reference() -> str:
+    """The trajectory record: every column of a store's rows, its Arrow type, the schema version
+    that added it and its meaning, from the writer's own schema."""
+    from graft.store.schema import FORMAT_NAME, INDEX_COLUMNS, RECORD, SCHEMA_VERSION
+
+    lines = [
+        GENERATED.format(source="the writer's schema in src/graft/store/schema.py"),
+        "",
+        "# Trajectory record",
+        "",
+        "A trajectory store holds one row per response, in Parquet shards whose schema carries "
+        f"`graft.format: {FORMAT_NAME}` and `graft.schema_version: {SCHEMA_VERSION}`. These are "
+        "the columns of that version, in order. Versions only grow: a reader refuses a shard "
+        "newer than it knows and reads an older one with each later column at its default. "
+        f"Lookups go by {', '.join(_code(c) for c in INDEX_COLUMNS)}. How a store is written, "
+        "checked, exported and used as a peer: the [store guide](../guides/store.md).",
+        "",
+        "| column | type | since version | meaning |",
+        "|---|---|---|---|",
+    ]
+    for c in RECORD:
+        lines.append(f"| {_code(c.name)} | {_code(str(c.type))} | {c.added_in} | {_cell(c.doc)} |")
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/cli.md": cli_reference,
     "docs/reference/config.md": config_reference,
+    "docs/reference/store.md": store_reference,
 }
 """Each generated page, by its path from the repository root, and what writes it."""
 

@@ -17,6 +17,7 @@ import pytest
 from graft.cli import main
 from graft.config import AlgoConfig, Config, load_config
 from graft.config.lib import field_docs
+from graft.store.schema import RECORD, SCHEMA, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -66,6 +67,18 @@ def test_config_reference_lists_every_key_of_the_schema():
     missing = [k for k in keys if k not in listed]
     assert not missing, f"docs/reference/config.md lacks {missing}"
     assert not [k for k in listed if k not in keys and k != "models"], "keys the schema lacks"
+
+
+def test_the_record_reference_documents_every_column_the_writer_writes():
+    """docs/reference/store.md is generated from the writer's schema; a column the writer gains
+    without a meaning, or a page not regenerated, fails here."""
+    page = (DOCS / "reference" / "store.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `([^`]+)` \|", page, flags=re.MULTILINE)
+    assert listed == list(SCHEMA.names) == [c.name for c in RECORD]
+    for column in RECORD:
+        assert len(column.doc.split()) >= 3, f"store column {column.name}: no meaning written"
+        assert 1 <= column.added_in <= SCHEMA_VERSION, column.name
+    assert "round` | `int16` | 2 |" in page
 
 
 def test_switches_that_change_no_result_stay_out_of_the_reference_and_still_work():

@@ -16,46 +16,80 @@ from graft.types import Group
 
 SCHEMA_VERSION = 2
 FORMAT_NAME = "graft-trajectory-store"
-ADDED_IN = {"round": 2}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the record: its Arrow type, what it means, and the schema version that
+    added it (a shard of an older version reads it at its default)."""
+
+    name: str
+    type: pa.DataType
+    doc: str
+    added_in: int = 1
+
+
+RECORD = (
+    Column("schema_version", pa.int16(), "The record's schema version (this table's columns)."),
+    Column("run_id", pa.string(), "The run (or `graft sample` log) that wrote the row."),
+    Column("model", pa.string(), "The policy's name in that run (`models.N.name`)."),
+    Column("model_revision", pa.string(), "A hash of the policy's weights when the run began."),
+    Column("tokenizer", pa.string(), "The tokenizer the token ids are in (its name or path)."),
+    Column("step", pa.int32(), "The training step whose rollout holds the response."),
+    Column("prompt_id", pa.string(), "A hash of the prompt's content: the key of lookups."),
+    Column("prompt", pa.string(), "The problem's text, as the task states it."),
+    Column("gold", pa.string(), "The gold answer the verifier judged against (tests for code)."),
+    Column("skill", pa.string(), "The problem's skill or subset (empty when the task has none)."),
+    Column("member", pa.int16(), "The response's place in its group (0 to group_size - 1)."),
+    Column("response", pa.string(), "The response's text, as decoded."),
+    Column(
+        "token_ids",
+        pa.list_(pa.int32()),
+        "The generator's token ids of the response (ending with EOS when it stopped).",
+    ),
+    Column(
+        "logprobs",
+        pa.list_(pa.float32()),
+        "The generation log-probability of each token id under the behavior policy (empty when "
+        "unknown: the paper's weight then cannot be computed).",
+    ),
+    Column("finish_reason", pa.string(), "`stop` (EOS) or `length` (the token limit)."),
+    Column("reward", pa.float64(), "The verifier's reward: 1 for correct, else 0."),
+    Column("verdict", pa.string(), "The verdict's category: correct, wrong, no_answer, error, ..."),
+    Column("verdict_detail", pa.string(), "What the verifier said about it, clipped."),
+    Column("verifier", pa.string(), "The verifier's name (`math`, `code`, a plug-in's path)."),
+    Column(
+        "verifier_version",
+        pa.string(),
+        "The verifier's version: its revision and the versions of the packages it depends on.",
+    ),
+    Column("group_size", pa.int16(), "Responses in the group (n)."),
+    Column("group_successes", pa.int16(), "Correct responses in the group."),
+    Column("group_mean", pa.float64(), "The group's mean reward."),
+    Column("group_std", pa.float64(), "The group's reward standard deviation (n - 1)."),
+    Column("advantage", pa.float64(), "The response's group-relative advantage in its own run."),
+    Column("replaced", pa.bool_(), "Whether a peer's group replaced this group in the update."),
+    Column("temperature", pa.float32(), "The sampling temperature."),
+    Column("top_p", pa.float32(), "The sampling nucleus."),
+    Column("top_k", pa.int32(), "The sampling top-k (0: off)."),
+    Column("max_new_tokens", pa.int32(), "The response's token limit."),
+    Column(
+        "round",
+        pa.int16(),
+        "0: the step's own rollouts; k: the k-th extra round of dynamic sampling "
+        "(`algo.zero_contrast` resampling), on prompts the step's batch did not hold.",
+        added_in=2,
+    ),
+)
+"""Every column of a store's rows, in order: the schema, and the documentation's store
+reference (scripts/gen_docs.py) generated from it."""
+
+ADDED_IN = {c.name: c.added_in for c in RECORD if c.added_in > 1}
 """Columns added after version 1, with the version that added them: a shard of an older version
 reads them as their default (`round`: 0, the step's own rollouts, the only ones it stored)."""
 
 SCHEMA = pa.schema(
-    [
-        ("schema_version", pa.int16()),
-        ("run_id", pa.string()),
-        ("model", pa.string()),
-        ("model_revision", pa.string()),
-        ("tokenizer", pa.string()),
-        ("step", pa.int32()),
-        ("prompt_id", pa.string()),
-        ("prompt", pa.string()),
-        ("gold", pa.string()),
-        ("skill", pa.string()),
-        ("member", pa.int16()),
-        ("response", pa.string()),
-        ("token_ids", pa.list_(pa.int32())),
-        ("logprobs", pa.list_(pa.float32())),
-        ("finish_reason", pa.string()),
-        ("reward", pa.float64()),
-        ("verdict", pa.string()),
-        ("verdict_detail", pa.string()),
-        ("verifier", pa.string()),
-        ("verifier_version", pa.string()),
-        ("group_size", pa.int16()),
-        ("group_successes", pa.int16()),
-        ("group_mean", pa.float64()),
-        ("group_std", pa.float64()),
-        ("advantage", pa.float64()),
-        ("replaced", pa.bool_()),
-        ("temperature", pa.float32()),
-        ("top_p", pa.float32()),
-        ("top_k", pa.int32()),
-        ("max_new_tokens", pa.int32()),
-        # 0: the step's own rollouts; k: the k-th extra round of dynamic sampling
-        # (models.N.zero_contrast.mode=resample), on prompts the step's batch did not hold.
-        ("round", pa.int16()),
-    ],
+    [(c.name, c.type) for c in RECORD],
     metadata={b"graft.format": FORMAT_NAME.encode(), b"graft.schema_version": b"2"},
 )
 COLUMNS = tuple(SCHEMA.names)
