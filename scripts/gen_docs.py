@@ -138,7 +138,7 @@ def config_reference(rows: list[KeyDoc] | None = None) -> str:
 def store_reference() -> str:
     """The trajectory record: every column of a store's rows, its Arrow type, the schema version
     that added it and its meaning, from the writer's own schema."""
-    from graft.store.schema import FORMAT_NAME, INDEX_COLUMNS, RECORD, SCHEMA_VERSION
+    from graft.store.schema import FORMAT_NAME, INDEX_COLUMNS, SCHEMA_VERSION, record_table
 
     lines = [
         GENERATED.format(source="the writer's schema in src/graft/store/schema.py"),
@@ -152,11 +152,8 @@ def store_reference() -> str:
         f"Lookups go by {', '.join(_code(c) for c in INDEX_COLUMNS)}. How a store is written, "
         "checked, exported and used as a peer: the [store guide](../guides/store.md).",
         "",
-        "| column | type | since version | meaning |",
-        "|---|---|---|---|",
+        record_table(),
     ]
-    for c in RECORD:
-        lines.append(f"| {_code(c.name)} | {_code(str(c.type))} | {c.added_in} | {_cell(c.doc)} |")
     return "\n".join(lines) + "\n"
 
 

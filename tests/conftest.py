@@ -85,6 +85,19 @@ def standin(monkeypatch, tmp_path):
     monkeypatch.delenv("TRITON_F32_DEFAULT")
 
 
+TINY_RUN = [
+    "run.progress=false",
+    "run.threads=1",
+    "eval.every=0",
+    "rollout.prompts_per_step=8",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=8",
+    "algo.minibatches=2",
+    "algo.micro_batch_size=64",
+    "verify.workers=1",
+]
+"""A training run of the tiny models small enough for a test: 8 prompts x 4 responses a step."""
+
 ONE_AT_A_TIME = {"test_backends.py", "test_verify_ray.py"}
 """Files whose tests start a Ray cluster: under `pytest -n 2` (make test) they, and every other
 test that names Ray, form one xdist group and run one after the other on one worker, so that two

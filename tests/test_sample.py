@@ -12,23 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TINY_RUN
 from graft.cli import main
 from graft.rundir import read_metrics
 from graft.store import TrajectoryStore
 
 TASK = ["task.arithmetic.num_train=48", "task.arithmetic.num_val=16"]
-COMMON = [
-    "run.progress=false",
-    "run.threads=1",
-    "eval.every=0",
-    "rollout.prompts_per_step=8",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=8",
-    "algo.minibatches=2",
-    "algo.micro_batch_size=64",
-    "verify.workers=1",
-    *TASK,
-]
+COMMON = [*TINY_RUN, *TASK]
 
 
 def _solo(name: str, preset: str) -> list[str]:

@@ -252,6 +252,28 @@ def test_a_version_1_shard_reads_its_rollouts_as_the_steps_own(tmp_path):
     assert not store.validate().problems
 
 
+def test_an_export_writes_a_version_1_shard_at_the_current_version(tmp_path):
+    """`graft store export --format hf` of a store that mixes versions: every shard of the
+    dataset is of the current version (one schema, as `datasets` needs), with the same rows."""
+    from graft.store.dataset import export_dataset
+
+    uri = tmp_path / "store"
+    _write(str(uri))
+    old = TrajectoryStore(str(uri)).scan().drop_columns(["round"])
+    old = old.replace_schema_metadata(
+        {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"1"}
+    )
+    _commit(uri, "shards/run=run-a/model=alpha/step_00000050.parquet", old)
+    done = export_dataset(TrajectoryStore(str(uri)), tmp_path / "dataset")
+    assert done.rows == 2 * old.num_rows
+    for shard in (tmp_path / "dataset" / "shards").rglob("*.parquet"):
+        meta = pq.read_schema(shard).metadata
+        assert meta[b"graft.schema_version"] == str(SCHEMA_VERSION).encode(), shard
+    order = [(k, "ascending") for k in ("step", "prompt_id", "member")]  # the writer's order
+    exported = TrajectoryStore(str(tmp_path / "dataset")).scan().sort_by(order)
+    assert exported.equals(TrajectoryStore(str(uri)).scan().sort_by(order))
+
+
 def test_what_keeps_a_path_from_being_a_store_is_said_the_same_way_everywhere(tmp_path):
     """Missing, a file, under a file, a directory without store.json, an empty store, a filesystem
     nobody knows: one wording, keyed by the option that named the store (none for a command's

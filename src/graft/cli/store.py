@@ -15,10 +15,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--json", action="store_true", help="print JSON")
     validate = store_sub.add_parser("validate", help="check every file; exit 1 on any problem")
     validate.add_argument("path")
-    export = store_sub.add_parser("export", help="write the rows as JSON lines")
+    export = store_sub.add_parser(
+        "export",
+        help="write the rows as JSON lines, or as a dataset (parquet + card) to share",
+        description="jsonl: one JSON object per row, to a file or standard output. hf: a new "
+        "folder --out holding the rows as parquet with a dataset card (README.md: schema, "
+        "provenance, verifier versions, models) that datasets.load_dataset(OUT) reads; the "
+        "folder is a graft store too, which exchange.stored.path takes as it is.",
+    )
     export.add_argument("path")
-    export.add_argument("--format", choices=["jsonl"], default="jsonl")
-    export.add_argument("--out", help="output file (default: standard output)")
+    export.add_argument("--format", choices=["jsonl", "hf"], default="jsonl")
+    export.add_argument(
+        "--out", help="jsonl: output file (default: standard output); hf: the new folder"
+    )
     export.add_argument("--model", action="append", help="only these models (repeatable)")
     store.set_defaults(handler=run)
 
@@ -33,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         args.path = str(resolved(args.path, "store path"))
     # info and validate list every damaged shard (and exit 1); export refuses to skip one
     export = args.store_command == "export"
+    if export and args.format == "hf":
+        return _export_dataset(args)
     target = _export_target(args.path, args.out) if export else None  # before reading the store
     store = TrajectoryStore(args.path, strict=export)
     if args.store_command == "info":
@@ -92,6 +103,40 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with replaced_atomically(target) as tmp, tmp.open("w", encoding="utf-8") as out:
         _write_rows(table, out)
+    return 0
+
+
+def _export_dataset(args: argparse.Namespace) -> int:
+    """`--format hf`: the store as a dataset folder, `--out`, new or empty; checked before the
+    store is read."""
+    from graft.errors import ConfigError
+    from graft.preflight import check_writable_dir, resolved
+    from graft.store import TrajectoryStore
+    from graft.store.dataset import export_dataset
+
+    if not args.out:
+        raise ConfigError("--out: --format hf writes a folder; name it with --out DIR")
+    out = resolved(args.out, "--out")
+    check_writable_dir(out, "--out")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: not empty; name a new folder for the dataset")
+    local = args.path[len("file://") :] if args.path.startswith("file://") else args.path
+    if "://" not in local:
+        root, target = Path(local).resolve(), out.resolve()
+        if target == root or root in target.parents:
+            raise ConfigError(f"--out {out}: inside the store {args.path}; write it elsewhere")
+    store = TrajectoryStore(args.path, strict=True)
+    if args.model:
+        for name in dict.fromkeys(args.model):
+            store.pick_model(name, key="--model")
+    if out.is_dir():
+        out.rmdir()  # empty: the export's folder takes its place whole
+    done = export_dataset(store, out, models=args.model)
+    print(
+        f"exported {done.rows} rows ({done.shards} shards; models {', '.join(done.models)}; "
+        f"runs {', '.join(done.runs)}) to {done.path}: datasets.load_dataset({str(done.path)!r}) "
+        "reads it, and exchange.stored.path takes it"
+    )
     return 0
 
 

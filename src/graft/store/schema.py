@@ -186,5 +186,21 @@ def with_defaults(table: pa.Table, wanted: Sequence[str]) -> pa.Table:
     return table.select(list(wanted))
 
 
-def to_table(columns: Mapping[str, list[Any]]) -> pa.Table:
+def to_table(columns: Mapping[str, list[Any]] | pa.Table) -> pa.Table:
+    """Rows of the record's schema (its metadata included): from columns by name, or a table
+    of the same columns and types (read from a shard), whose values are kept as they are."""
+    if isinstance(columns, pa.Table):
+        if columns.schema.remove_metadata() != SCHEMA.remove_metadata():
+            raise ValueError(f"rows of another schema: {columns.schema.names}")
+        return pa.Table.from_arrays(columns.columns, schema=SCHEMA)
     return pa.Table.from_pydict(dict(columns), schema=SCHEMA)
+
+
+def record_table() -> str:
+    """The record's columns as a Markdown table: the documentation's store reference and an
+    exported dataset's card show the same one."""
+    lines = ["| column | type | since version | meaning |", "|---|---|---|---|"]
+    for c in RECORD:
+        doc = c.doc.replace("|", "\\|")
+        lines.append(f"| `{c.name}` | `{c.type}` | {c.added_in} | {doc} |")
+    return "\n".join(lines)

@@ -144,15 +144,16 @@ class StoreWriter:
         self._write_bytes(path, data)
 
     # ----------------------------------------------------------------- shards
-    def write(self, model: str, step: int, columns: Mapping[str, list]) -> None:
-        """Queue one policy's rows of one step (written in the background)."""
+    def write(self, model: str, step: int, columns: Mapping[str, list] | pa.Table) -> None:
+        """Queue one policy's rows of one step (written in the background): columns by name, or
+        a table of the record's schema (an export's rows, written as they were read)."""
         self._raise_pending()
         if self._thread is None:
             self._write_shard(model, step, columns)
         else:
             self._queue.put((model, step, columns))
 
-    def _write_shard(self, model: str, step: int, columns: Mapping[str, list]) -> None:
+    def _write_shard(self, model: str, step: int, columns: Mapping[str, list] | pa.Table) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
         table = to_table(columns)
         if table.num_rows:
