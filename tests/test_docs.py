@@ -78,7 +78,7 @@ def test_the_record_reference_documents_every_column_the_writer_writes():
     for column in RECORD:
         assert len(column.doc.split()) >= 3, f"store column {column.name}: no meaning written"
         assert 1 <= column.added_in <= SCHEMA_VERSION, column.name
-    assert "round` | `int16` | 2 |" in page
+    assert "round` | `int16` | 2 |" in page and "log_reward` | `double` | 3 |" in page
 
 
 def test_switches_that_change_no_result_stay_out_of_the_reference_and_still_work():

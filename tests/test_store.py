@@ -222,13 +222,13 @@ def test_newer_schema_is_refused(tmp_path):
     _write(str(uri))
     table = pa.table({name: [] for name in SCHEMA.names}, schema=SCHEMA)
     newer = table.replace_schema_metadata(
-        {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"3"}
+        {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"4"}
     )
     _commit(uri, "shards/run=run-a/model=alpha/step_00000050.parquet", newer)
     store = TrajectoryStore(str(uri))
-    with pytest.raises(StoreSchemaError, match=r"schema version 3.*up to 2"):
+    with pytest.raises(StoreSchemaError, match=r"schema version 4.*up to 3"):
         store.scan()
-    assert any("schema version 3" in why for _, why in store.validate().problems)
+    assert any("schema version 4" in why for _, why in store.validate().problems)
 
 
 def test_a_version_1_shard_reads_its_rollouts_as_the_steps_own(tmp_path):
@@ -237,7 +237,7 @@ def test_a_version_1_shard_reads_its_rollouts_as_the_steps_own(tmp_path):
     uri = tmp_path / "store"
     _write(str(uri))
     current = TrajectoryStore(str(uri)).scan()
-    old = current.drop_columns(["round"]).replace_schema_metadata(
+    old = current.drop_columns(["round", "log_reward"]).replace_schema_metadata(
         {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"1"}
     )
     old = old.set_column(0, "schema_version", pa.array([1] * old.num_rows, pa.int16()))
@@ -246,6 +246,7 @@ def test_a_version_1_shard_reads_its_rollouts_as_the_steps_own(tmp_path):
     both = store.scan()
     assert both.num_rows == 2 * current.num_rows and both.schema.names == SCHEMA.names
     assert set(both["round"].to_pylist()) == {0}
+    assert set(both["log_reward"].to_pylist()) == {None}  # version 3's column: not imported
     assert sorted(set(both["schema_version"].to_pylist())) == [1, SCHEMA_VERSION]
     assert store.scan(columns=["step", "round"]).column_names == ["step", "round"]
     assert store.scan(steps=(50, 50), columns=["round"])["round"].to_pylist() == [0] * old.num_rows
@@ -259,7 +260,7 @@ def test_an_export_writes_a_version_1_shard_at_the_current_version(tmp_path):
 
     uri = tmp_path / "store"
     _write(str(uri))
-    old = TrajectoryStore(str(uri)).scan().drop_columns(["round"])
+    old = TrajectoryStore(str(uri)).scan().drop_columns(["round", "log_reward"])
     old = old.replace_schema_metadata(
         {b"graft.format": b"graft-trajectory-store", b"graft.schema_version": b"1"}
     )

@@ -1,4 +1,4 @@
-"""`graft store`: inspect, check and export a trajectory store."""
+"""`graft store`: inspect, check, export and import a trajectory store."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from graft.cli.common import add_set_argument
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    store = sub.add_parser("store", help="inspect, check and export a trajectory store")
+    store = sub.add_parser("store", help="inspect, check, export and import a trajectory store")
     store_sub = store.add_subparsers(dest="store_command", required=True)
     info = store_sub.add_parser("info", help="rows, models, steps, prompts, reward rate per model")
     info.add_argument("path", help="store path or URI (e.g. RUN_DIR/trajectories)")
@@ -29,6 +31,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--out", help="jsonl: output file (default: standard output); hf: the new folder"
     )
     export.add_argument("--model", action="append", help="only these models (repeatable)")
+    imp = store_sub.add_parser(
+        "import",
+        help="make a store of another tool's logged responses, verified by a task's verifier",
+        description="Rows of prompt and response (JSON lines or parquet; optionally reward, "
+        "gold, step, id, finish_reason), grouped by step and prompt, each response re-verified "
+        "with the config's task verifier (the log's own reward kept beside as log_reward), "
+        "written as a new store that exchange.stored.path takes. A prompt is looked up in the "
+        "task's problems; one the task does not hold needs a gold of its own. With --model "
+        "(the log's source model), each response is tokenized and scored by it so the paper's "
+        "weight applies; without, the stored peer needs exchange.ablation.weight="
+        "receiver_relative or none. A bad row is named by file and row; the import refuses "
+        "while there are any, unless --skip-bad-rows.",
+    )
+    imp.add_argument(
+        "logs", nargs="+", metavar="LOG", help="a .jsonl or .parquet file, or a folder"
+    )
+    imp.add_argument("--config", required=True, help="the config whose task verifies the rows")
+    imp.add_argument("--out", required=True, help="the new store (a folder)")
+    imp.add_argument(
+        "--model",
+        default="",
+        metavar="PATH_OR_NAME",
+        help="the log's source model (hub name, folder, .gguf or tiny:<preset>) with the "
+        "config's first model's other settings: token ids and log-probs for every response",
+    )
+    imp.add_argument("--name", default="imported", help="the source's model name in the store")
+    imp.add_argument("--skip-bad-rows", action="store_true", help="import the rest, counted")
+    imp.add_argument("--workers", type=int, default=2, help="verifier processes (default 2)")
+    add_set_argument(imp)
     store.set_defaults(handler=run)
 
 
@@ -37,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
     from graft.preflight import replaced_atomically, resolved
     from graft.store import TrajectoryStore
+
+    if args.store_command == "import":
+        return _import(args)
 
     if args.path.startswith("~"):  # a `~user` that does not resolve is named, not a traceback
         args.path = str(resolved(args.path, "store path"))
@@ -103,6 +137,56 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with replaced_atomically(target) as tmp, tmp.open("w", encoding="utf-8") as out:
         _write_rows(table, out)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    """`graft store import`: every check (the target, the config, the model, each row) before
+    anything is written."""
+    import dataclasses
+
+    from graft.cli.common import load
+    from graft.errors import ConfigError
+    from graft.eval.log_import import ImportSettings, import_logs
+    from graft.preflight import check_writable_dir, resolved
+    from graft.verify.pool import VerifierPool
+
+    out = resolved(args.out, "--out")
+    check_writable_dir(out, "--out")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: not empty; name a new folder for the store")
+    if args.workers < 1:
+        raise ConfigError(f"graft store import --workers: must be at least 1, got {args.workers}")
+    if not args.name or "/" in args.name or "=" in args.name:
+        raise ConfigError(f"--name {args.name!r}: a model name, without '/' or '='")
+    cfg = load(args.config, args.overrides)
+    spec = None
+    if args.model:
+        from graft.models.load import looks_local
+        from graft.training.policy import PolicySpec
+
+        if not Path(args.model).expanduser().exists() and looks_local(args.model):
+            raise FileNotFoundError(f"--model {args.model}: no such file or directory")
+        model = dataclasses.replace(cfg.models[0], name=args.name, path=args.model, tokenizer="")
+        spec = PolicySpec(model=model, rollout=cfg.rollout, algo=cfg.algo, seed=cfg.run.seed,
+                          threads=cfg.run.threads)  # fmt: skip
+    if out.is_dir():
+        out.rmdir()  # empty: the store takes its place whole
+    settings = ImportSettings(name=args.name, skip_bad_rows=args.skip_bad_rows)
+    with VerifierPool(workers=args.workers) as pool:
+        done = import_logs(args.logs, cfg, out, settings, pool=pool, spec=spec)
+    skipped = f", {done['bad_rows']} bad rows left out" if done["bad_rows"] else ""
+    scored = (
+        f"; {done['scored']} scored by {args.model}"
+        if spec
+        else "; no token ids or log-probs "
+        "(train with exchange.ablation.weight=receiver_relative or none)"
+    )
+    print(
+        f"imported {done['rows']} rows ({done['groups']} groups over {done['steps']} steps"
+        f"{skipped}) into {out} as model {done['model']}: {done['correct']} verified correct, "
+        f"{done['reward_changed']} with another reward than the log's{scored}"
+    )
     return 0
 
 

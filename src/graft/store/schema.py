@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from graft.types import Group
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FORMAT_NAME = "graft-trajectory-store"
 
 
@@ -27,6 +27,8 @@ class Column:
     type: pa.DataType
     doc: str
     added_in: int = 1
+    default: Any = 0
+    """What a shard written before `added_in` reads for it."""
 
 
 RECORD = (
@@ -80,17 +82,26 @@ RECORD = (
         "(`algo.zero_contrast` resampling), on prompts the step's batch did not hold.",
         added_in=2,
     ),
+    Column(
+        "log_reward",
+        pa.float64(),
+        "The reward the source log gave the response, beside graft's own verdict (`graft store "
+        "import`); empty for rows graft sampled itself.",
+        added_in=3,
+        default=None,
+    ),
 )
 """Every column of a store's rows, in order: the schema, and the documentation's store
 reference (scripts/gen_docs.py) generated from it."""
 
 ADDED_IN = {c.name: c.added_in for c in RECORD if c.added_in > 1}
 """Columns added after version 1, with the version that added them: a shard of an older version
-reads them as their default (`round`: 0, the step's own rollouts, the only ones it stored)."""
+reads them as their default (`round`: 0, the step's own rollouts, the only ones it stored;
+`log_reward`: empty, graft's own rows)."""
 
 SCHEMA = pa.schema(
     [(c.name, c.type) for c in RECORD],
-    metadata={b"graft.format": FORMAT_NAME.encode(), b"graft.schema_version": b"2"},
+    metadata={b"graft.format": FORMAT_NAME.encode(), b"graft.schema_version": b"3"},
 )
 COLUMNS = tuple(SCHEMA.names)
 INDEX_COLUMNS = ("model", "run_id", "step", "prompt_id")
@@ -119,9 +130,11 @@ def group_rows(
     prov: Provenance,
     replaced: Sequence[bool] = (),
     rounds: Sequence[int] = (),
+    log_rewards: Sequence[Sequence[float | None]] = (),
 ) -> dict[str, list[Any]]:
     """Columns (name -> values) for every response of a policy's groups at one step; `rounds`:
-    each group's sampling round (default 0, the step's own)."""
+    each group's sampling round (default 0, the step's own); `log_rewards`: each response's
+    reward in the log it was imported from (default none)."""
     cols: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     for gi, group in enumerate(groups):
         rewards = group.rewards_G
@@ -164,6 +177,7 @@ def group_rows(
                 "top_k": prov.top_k,
                 "max_new_tokens": prov.max_new_tokens,
                 "round": rounds[gi] if rounds else 0,
+                "log_reward": log_rewards[gi][j] if log_rewards else None,
             }
             for name, value in row.items():
                 cols[name].append(value)
@@ -182,7 +196,8 @@ def with_defaults(table: pa.Table, wanted: Sequence[str]) -> pa.Table:
     for name in wanted:
         if name not in table.column_names:
             field = SCHEMA.field(name)
-            table = table.append_column(field, pa.array([0] * table.num_rows, field.type))
+            default = next(c.default for c in RECORD if c.name == name)
+            table = table.append_column(field, pa.array([default] * table.num_rows, field.type))
     return table.select(list(wanted))
 
 
