@@ -57,7 +57,7 @@ $(STAMP_BASE): pyproject.toml constraints.txt
 
 # The dev extras on top (pytest, ruff, and the optional integrations the tests exercise).
 $(STAMP): $(STAMP_BASE)
-	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[dev]"
+	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[dev,bench]"
 	touch $(STAMP)
 
 # The experiment trackers on top: their install is the heaviest, so they have their own target.
@@ -70,11 +70,12 @@ $(STAMP_DOCS): $(STAMP_BASE)
 	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[docs]"
 	touch $(STAMP_DOCS)
 
-# Everything `make test` uses, in one install: graft with the dev extras, the trackers and the
-# docs generator (each stamp above is then up to date).
+# Everything `make test` uses, in one install: graft with the dev extras, the trackers, TRL (its
+# GRPOTrainer writes the completions log the import tests read) and the docs generator (each
+# stamp above is then up to date).
 $(STAMP_TEST): pyproject.toml constraints.txt
 	$(call new_venv,$(VENV))
-	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[dev,trackers,docs]"
+	$(PY) $(PIP_INSTALL) -c constraints.txt -e ".[dev,trackers,bench,docs]"
 	touch $(STAMP_BASE) $(STAMP) $(STAMP_TRACKERS) $(STAMP_DOCS) $(STAMP_TEST)
 
 $(STAMP_MIN): pyproject.toml constraints-min.txt

@@ -34,8 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     imp = store_sub.add_parser(
         "import",
         help="make a store of another tool's logged responses, verified by a task's verifier",
-        description="Rows of prompt and response (JSON lines or parquet; optionally reward, "
-        "gold, step, id, finish_reason), grouped by step and prompt, each response re-verified "
+        description="A log of TRL (GRPOTrainer's log_completions parquet), of verl "
+        "(trainer.rollout_data_dir JSON lines) or a plain one (JSON lines or parquet of prompt "
+        "and response; optionally reward, gold, step, id, finish_reason), told apart by its "
+        "columns; rows grouped by step and prompt, each response re-verified "
         "with the config's task verifier (the log's own reward kept beside as log_reward), "
         "written as a new store that exchange.stored.path takes. A prompt is looked up in the "
         "task's problems; one the task does not hold needs a gold of its own. With --model "

@@ -1,6 +1,7 @@
 """`graft store import`: responses another tool logged, as a graft store that a stored peer
-trains against. A log row is a prompt, a response and optionally the log's own reward, a gold
-answer, the step it was sampled at, an id and why it stopped.
+trains against. A log is TRL's (GRPOTrainer's completions parquet), verl's (its rollout data
+JSON lines) or a plain one; each row comes to a prompt, a response and optionally the log's own
+reward, a gold answer, the step it was sampled at, an id and why it stopped.
 
 Each row's prompt is looked up in the task's problems (train, test and validation splits), which
 give its id and gold answer; a prompt the task does not hold needs a gold of its own. Rows are
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,16 @@ from graft.errors import DataError
 from graft.types import Completion, Problem, Rollout
 
 SUFFIXES = (".jsonl", ".parquet")
-COLUMNS = ("prompt", "response")
-"""What every row of a plain log holds; `reward`, `gold`, `step`, `id` and `finish_reason` may
-be there too."""
+FORMATS = {
+    "plain": ("prompt", "response"),
+    "trl": ("prompt", "completion", "advantage"),
+    "verl": ("input", "output", "score"),
+}
+"""Each log format by the columns that name it: a plain log (optionally `reward`, `gold`, `step`,
+`id`, `finish_reason`); TRL's GRPOTrainer `log_completions` parquet (`step`, `prompt`,
+`completion`, one column per reward function, `advantage`); verl's `trainer.rollout_data_dir`
+JSON lines (`input`, `output`, `gts`, `score`, `step`)."""
+TRL_NOT_REWARDS = ("step", "prompt", "completion", "advantage", "image")
 
 
 @dataclass(frozen=True)
@@ -77,9 +85,9 @@ def log_files(paths: Sequence[str]) -> list[Path]:
     return files
 
 
-def _raw_rows(path: Path) -> Iterable[tuple[int, Any]]:
-    """(row number from 1, the row as read) of one file; a JSON line that does not parse is
-    given as the error it raised."""
+def _raw_rows(path: Path) -> tuple[list[str], list[tuple[int, Any]]]:
+    """(the file's columns, or its first object's keys; each row numbered from 1 as read). A JSON
+    line that does not parse is given as the error it raised."""
     if path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -88,31 +96,72 @@ def _raw_rows(path: Path) -> Iterable[tuple[int, Any]]:
             table = pq.read_table(path)
         except (OSError, pa.ArrowException) as err:
             raise DataError(f"{path}: not a readable parquet file ({err})") from None
-        missing = [c for c in COLUMNS if c not in table.column_names]
-        if missing:
-            raise DataError(
-                f"{path}: no column {missing[0]!r} (a log has {', '.join(COLUMNS)}; this file "
-                f"has {', '.join(table.column_names)})"
-            )
-        yield from enumerate(table.to_pylist(), start=1)
-        return
+        return table.column_names, list(enumerate(table.to_pylist(), start=1))
+    rows: list[tuple[int, Any]] = []
     try:
         with path.open(encoding="utf-8") as f:
             for i, line in enumerate(f, start=1):
                 if line.strip():
                     try:
-                        yield i, json.loads(line)
+                        rows.append((i, json.loads(line)))
                     except ValueError as err:
-                        yield i, err
+                        rows.append((i, err))
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text; a .jsonl log is JSON lines") from None
+    first = next((raw for _, raw in rows if isinstance(raw, dict)), {})
+    return list(first), rows
 
 
-def _log_row(file: str, i: int, raw: Any) -> LogRow | BadRow:
+def log_format(path: Path, columns: Sequence[str]) -> str:
+    """The format whose columns `columns` hold (the most specific); one line when none."""
+    for name in ("trl", "verl", "plain"):
+        if all(c in columns for c in FORMATS[name]):
+            return name
+    if "prompt" in columns and "response" not in columns and "completion" not in columns:
+        return "plain"  # a plain log that lacks its response column: said below, by the column
+    known = "; ".join(f"{k}: {', '.join(v)}" for k, v in FORMATS.items())
+    shown = ", ".join(columns[:8]) or "none"
+    raise DataError(f"{path}: not a log of a known format (columns {shown}; {known})")
+
+
+def _text(value: Any) -> Any:
+    """A TRL prompt or completion: its text, or a conversation's last message's content."""
+    if isinstance(value, list) and value and isinstance(value[-1], dict):
+        return value[-1].get("content")
+    return value
+
+
+def _plain_fields(fmt: str, raw: dict, columns: Sequence[str]) -> dict[str, Any]:
+    """A row of format `fmt` as the plain log's fields."""
+    if fmt == "trl":
+        scores = [raw[c] for c in columns if c not in TRL_NOT_REWARDS and c in raw]
+        numbers = [float(x) for x in scores if isinstance(x, int | float) and math.isfinite(x)]
+        return {
+            "prompt": _text(raw.get("prompt")),
+            "response": _text(raw.get("completion")),
+            "reward": sum(numbers) if numbers else None,
+            "step": raw.get("step", 0),
+        }
+    if fmt == "verl":
+        gold = raw.get("gts")
+        return {
+            "prompt": raw.get("input"),
+            "response": raw.get("output"),
+            "reward": raw.get("score"),
+            "step": raw.get("step", 0),
+            "gold": gold if isinstance(gold, str) else None,
+            "id": raw.get("request_id"),
+        }
+    return raw
+
+
+def _log_row(file: str, i: int, raw: Any, fmt: str = "plain", columns: Sequence[str] = ()):
+    """The row as a LogRow, or a BadRow saying what is wrong with it."""
     if isinstance(raw, ValueError):
         return BadRow(file, i, f"not JSON ({raw})")
     if not isinstance(raw, dict):
         return BadRow(file, i, "not an object")
+    raw = _plain_fields(fmt, raw, columns)
     prompt, response = raw.get("prompt"), raw.get("response")
     if not isinstance(prompt, str) or not prompt.strip():
         return BadRow(file, i, "no prompt")
@@ -133,15 +182,23 @@ def _log_row(file: str, i: int, raw: Any) -> LogRow | BadRow:
     )  # fmt: skip
 
 
-def read_logs(files: Sequence[Path]) -> tuple[list[LogRow], list[BadRow]]:
-    """Every row of `files`, good or bad; a file with no row of a log at all is refused in one
-    line (a file of another format), as is a duplicated response id."""
+def read_logs(files: Sequence[Path]) -> tuple[list[LogRow], list[BadRow], dict[str, str]]:
+    """Every row of `files`, good or bad, and each file's format. A file of no known format, a
+    parquet log without a column its format needs and a duplicated response id are refused in
+    one line."""
     rows: list[LogRow] = []
     bad: list[BadRow] = []
+    formats: dict[str, str] = {}
     for path in files:
-        read = [_log_row(str(path), i, raw) for i, raw in _raw_rows(path)]
-        if read and not any(isinstance(r, LogRow) for r in read):
-            raise DataError(f"{path}: not a log of prompts and responses ({read[0]})")
+        columns, raw_rows = _raw_rows(path)
+        fmt = formats[str(path)] = log_format(path, columns)
+        missing = [c for c in FORMATS[fmt] if c not in columns]
+        if missing and path.suffix == ".parquet":
+            raise DataError(
+                f"{path}: no column {missing[0]!r} (a {fmt} log has {', '.join(FORMATS[fmt])}; "
+                f"this file has {', '.join(columns)})"
+            )
+        read = [_log_row(str(path), i, raw, fmt, columns) for i, raw in raw_rows]
         rows += [r for r in read if isinstance(r, LogRow)]
         bad += [r for r in read if isinstance(r, BadRow)]
     seen: dict[str, LogRow] = {}
@@ -154,18 +211,25 @@ def read_logs(files: Sequence[Path]) -> tuple[list[LogRow], list[BadRow]]:
                     f"row {first.row})"
                 )
             seen[r.id] = r
-    return rows, bad
+    return rows, bad, formats
 
 
 def problems_for(
     rows: Sequence[LogRow], task_problems: Sequence[Problem]
 ) -> list[Problem | BadRow]:
-    """Each row's problem: the task's of the same prompt, else one made from the row's own gold;
-    a BadRow where there is neither."""
+    """Each row's problem: the task's of the same prompt, or else the task's whose prompt the
+    row's holds inside a template (verl logs the templated prompt; the longest such), else one
+    made from the row's own gold; a BadRow where there is none of these."""
     by_prompt = {p.prompt: p for p in task_problems}
+    longest_first = sorted(task_problems, key=lambda p: -len(p.prompt))
+    inside: dict[str, Problem | None] = {}
     out: list[Problem | BadRow] = []
     for r in rows:
         found = by_prompt.get(r.prompt)
+        if found is None:
+            if r.prompt not in inside:
+                inside[r.prompt] = next((p for p in longest_first if p.prompt in r.prompt), None)
+            found = inside[r.prompt]
         if found is not None:
             out.append(found)
         elif r.gold is not None:
@@ -185,11 +249,12 @@ def grouped(
     return {step: list(groups.values()) for step, groups in sorted(steps.items())}
 
 
-def file_hashes(files: Sequence[Path]) -> list[dict[str, Any]]:
+def file_hashes(files: Sequence[Path], formats: Mapping[str, str]) -> list[dict[str, Any]]:
     out = []
     for path in files:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        out.append({"path": str(path), "sha256": digest, "bytes": path.stat().st_size})
+        out.append({"path": str(path), "format": formats.get(str(path), ""), "sha256": digest,
+                    "bytes": path.stat().st_size})  # fmt: skip
     return out
 
 
@@ -213,14 +278,20 @@ def rollouts_of(
 
 
 def run_meta(
-    cfg: Config, run_id: str, files: Sequence[Path], rows: Sequence[LogRow], **more: Any
+    cfg: Config,
+    run_id: str,
+    files: Sequence[Path],
+    formats: Mapping[str, str],
+    rows: Sequence[LogRow],
+    **more: Any,
 ) -> dict[str, Any]:
     """The imported run's metadata: the config it was verified under, the source files with
     their hashes, the steps the log holds and what else the import says (`more`)."""
     from graft.rundir.recorder import run_metadata
 
     steps = sorted({r.step for r in rows})
-    source = {"format": "plain", "files": file_hashes(files), "rows": len(rows),
+    kinds = sorted(set(formats.values()))
+    source = {"format": ", ".join(kinds), "files": file_hashes(files, formats), "rows": len(rows),
               "steps": [steps[0], steps[-1]] if steps else []}  # fmt: skip
     return {**run_metadata(cfg, run_id), "import": {**source, **more}}
 
@@ -263,7 +334,7 @@ def import_logs(
     from graft.tasks import build_task
 
     files = log_files(paths)
-    rows, bad = read_logs(files)
+    rows, bad, formats = read_logs(files)
     task = build_task(cfg.task)
     found = problems_for(rows, [*task.train_problems(), *task.test_problems(),
                                 *task.val_problems()])  # fmt: skip
@@ -279,8 +350,10 @@ def import_logs(
     tmp = out.with_name(f".{out.name}.import-tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        summary = _write(files, [r for r, _ in keep], [p for _, p in keep], cfg, tmp, settings,
-                         pool=pool, spec=spec, bad=len(bad), progress=progress)  # fmt: skip
+        summary = _write(
+            files, formats, [r for r, _ in keep], [p for _, p in keep], cfg, tmp, settings,
+            pool=pool, spec=spec, bad=len(bad), progress=progress,
+        )  # fmt: skip
         os.replace(tmp, out)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -315,6 +388,7 @@ def _scores(spec: Any, name: str, steps: Mapping[int, list[tuple[Problem, list[L
 
 def _write(
     files: Sequence[Path],
+    formats: Mapping[str, str],
     rows: Sequence[LogRow],
     problems: Sequence[Problem],
     cfg: Config,
@@ -340,7 +414,7 @@ def _write(
     verifier = run_verifier(cfg.verify, build_task(cfg.task))
     run_id = import_id(name, cfg, files)
     too_long = sum(1 for imp in scored.values() if imp.drop)
-    meta = run_meta(cfg, run_id, files, rows, bad_rows=bad, scored_by=spec.model.path
+    meta = run_meta(cfg, run_id, files, formats, rows, bad_rows=bad, scored_by=spec.model.path
                     if spec else "", too_long_to_score=too_long)  # fmt: skip
     writer = StoreWriter(str(out), run_id=run_id, run_meta=meta, background=False)
     r = cfg.rollout
@@ -360,6 +434,7 @@ def _write(
             changed += sum(s is not None and s != v.reward for v, s in zip(vs, said))
     writer.close()
     return {"run_id": run_id, "model": name, "rows": len(rows), "steps": len(steps),
+            "formats": sorted(set(formats.values())),
             "groups": sum(len(g) for g in steps.values()), "correct": correct,
             "reward_changed": changed, "scored": len(scored) - too_long,
             "too_long_to_score": too_long}  # fmt: skip
