@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +122,22 @@ def test_bad_flags_end_in_one_line_naming_the_flag(tmp_path, capsys, flags, culp
     err = capsys.readouterr().err.strip()
     assert err.startswith("graft: error: ") and culprit in err and "\n" not in err
     assert not out.exists() and not (tmp_path / "verdicts.jsonl.partial").exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda d: d, "is a directory, not a file of responses"),
+        (lambda d: Path("/dev/null"), "is a character device, not a file of responses"),
+        (lambda d: d / "missing.jsonl", "FILE: not found:"),
+    ],
+)
+def test_a_file_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path, capsys, make, said):
+    source = make(tmp_path)
+    assert main(["code", "audit", str(source), "--out", str(tmp_path / "v.jsonl")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graft: error: ") and said in err and "\n" not in err, err
+    assert not (tmp_path / "v.jsonl").exists()
 
 
 def test_file_is_never_written_over_by_out_or_its_partial(tmp_path, capsys):

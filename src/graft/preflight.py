@@ -26,6 +26,22 @@ def resolved(path: str, key: str) -> Path:
     return Path(expand_user(path, key))
 
 
+def not_a_file(path: Path) -> str:
+    """What `path` is when it is not a regular file (following links): "a directory", "a
+    character device" (/dev/null), "a named pipe", "a socket", "a block device", "a broken
+    symbolic link", or "" when nothing is there (or it is a regular file)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if path.is_symlink() else ""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISBLK, "a block device"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "")
+
+
 def _nearest_existing(path: Path) -> Path:
     probe = path.absolute()
     while not os.path.lexists(probe) and probe != probe.parent:

@@ -113,12 +113,15 @@ def run_audit(args: argparse.Namespace) -> int:
 
     from graft.config import ConfigError
     from graft.errors import DataError
-    from graft.preflight import check_output_file, replaced_atomically, resolved
+    from graft.preflight import check_output_file, not_a_file, replaced_atomically, resolved
     from graft.sandbox import isolation_problem
     from graft.verify.pool import VerifierPool
 
     source, out = resolved(args.file, "FILE"), resolved(args.out, "--out")
     if not source.is_file():
+        kind = not_a_file(source)
+        if kind:
+            raise DataError(f"FILE {source}: is {kind}, not a file of responses (.jsonl)")
         raise FileNotFoundError(f"FILE: not found: {source}")
     partial = out.with_name(f"{out.name}.partial")
     written = {out: "is", partial: "its OUT.partial would be"}
