@@ -205,3 +205,34 @@ def test_every_benchmarks_section_names_the_commit_its_numbers_come_from():
                 ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True
             )
             assert found.returncode == 0, f"BENCHMARKS.md, '{title}': {commit} is not a commit"
+
+
+def _demo_writes() -> set[Path]:
+    """Every path `make demo` (graft demo, its defaults) writes: its results and each run."""
+    from graft.evidence.demo import DemoSettings, run_configs
+
+    s = DemoSettings.make()
+    root = Path("runs/demo")
+    written = {root / name for name in ("results.json", "results.md", "curves.png")}
+    for regime in s.regimes:
+        for seed in s.seeds:
+            for cfgs in run_configs(s, root, regime, seed).values():
+                written |= {Path(c.run.out_dir) for c in cfgs}
+    return written
+
+
+def test_every_demo_path_the_docs_name_is_one_the_demo_writes():
+    """A guide's `graft compare runs/demo/latent` outlived the folder (the demo now writes
+    runs/demo/code): every runs/demo path in the README and the docs must be one the demo
+    writes, or a folder above one."""
+    written = _demo_writes()
+    above = written | {parent for path in written for parent in path.parents}
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    named = {
+        (page.relative_to(ROOT), found.rstrip(".,;:)`'\""))
+        for page in pages
+        for found in re.findall(r"runs/demo[\w/.-]*", page.read_text(encoding="utf-8"))
+    }
+    assert len(named) >= 3
+    stale = sorted(f"{page}: {path}" for page, path in named if Path(path) not in above)
+    assert not stale, stale
