@@ -261,7 +261,7 @@ def test_registry_and_versions():
     # the name stores and configs held before the answer-line grader had a built-in one
     legacy = resolve_verifier("graft.tasks.verify:verify_math_answer_line")
     assert legacy is VERIFIERS["math_answer_line"]
-    assert verifier_version("graft.tasks.verify:verify_math_answer_line").endswith("graft-strict-4")
+    assert verifier_version("graft.tasks.verify:verify_math_answer_line").endswith("graft-strict-5")
     assert verifier_version("code") == "code;graft-sandbox-1"
     assert resolve_verifier("math") is VERIFIERS["math"]
     import hanging_verifier
@@ -269,7 +269,7 @@ def test_registry_and_versions():
     plug_in = resolve_verifier(PLUGIN)
     assert isinstance(plug_in, PlugInVerifier) and plug_in.fn is hanging_verifier.check
     assert plug_in("7", "7").correct and plug_in.time_budget("7") == 0.0  # two arguments
-    assert verifier_version("math") == "math-verify==0.9.0;graft-strict-4"
+    assert verifier_version("math") == "math-verify==0.9.0;graft-strict-5"
     assert verifier_version("final_number") == "final_number;1"
     assert verifier_version(PLUGIN) == f"{PLUGIN};unversioned"
     for bad in ("nonsense", "module:", ":function", "a.b:not-an-identifier"):

@@ -111,7 +111,7 @@ class BuiltInVerifier:
         return self.check(response, gold, problem)
 
 
-_STRICT = "graft-strict-4"
+_STRICT = "graft-strict-5"
 VERIFIERS: dict[str, BuiltInVerifier] = {
     v.name: v
     for v in (
@@ -228,7 +228,7 @@ def resolve_verifier(name: str) -> Verifier:
 
 
 def verifier_version(name: str) -> str:
-    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-4"."""
+    """Provenance string of a verifier, e.g. "math-verify==0.9.0;graft-strict-5"."""
     return resolve_verifier(name).version
 
 

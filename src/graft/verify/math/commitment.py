@@ -12,30 +12,37 @@ is caught by what it states, not by its words.
   value (optionally followed by units) different from the box, and carries no marker that the
   value is not the answer (evaluation words, negation, `if` / `would`, "common", "instead of").
   `... \\boxed{5} ... the correct total is 6.`, `Oops, it's 6.`, `No, it's 6`, `Correction: 13`,
-  `En fait, c'est 6.` are retractions; `A common wrong answer is 6.`, `If we forgot the endpoint
-  we would get 11.`, `A quicker way: 3 x 4 = 12.` (ending in the box's own value) are not. So is
-  a value set against the box (`it must be 12, not the value boxed above`).
+  `En fait, c'est 6.` are retractions, and so is a value announced mid-sentence (`actually the
+  answer is 11 because ...`, `I recounted and got 11 in the end`); `A common wrong answer is
+  6.`, `If we forgot the endpoint we would get 11.`, `A quicker way: 3 x 4 = 12.` (ending in the
+  box's own value) are not. So is a value set against the box (`it must be 12, not the value
+  boxed above`).
 - **The box called wrong** (retracted): a sentence whose evaluation is an error (`wrong`,
   `mistake`, `not right`, `contradicts`, `faux`, `falsch`, `不对`) that is about the box: it
   continues the box's own sentence or is the first one after it, speaks of the writer's work (`I`,
   `we`, `this`, `above`, `boxed`) or names the box's value, and names no other value (`A common
-  mistake is 6` is about 6). `There is no mistake` is not one; nor is a supposition (`if`, `would`).
+  mistake is 6` is about 6). `There is no mistake` is not one; nor is a supposition (`if`, `would`),
+  nor an error in a part of the work placed before the answer (`my initial guess of 10 was
+  wrong`, `the wrong step was the second one, fixed above`).
 - **Gone back on** (retracted): `wait`, `let me redo this`, `I need to start over`, `No.`,
   `重新` after the box, with no later sentence that confirms it (its value, `yes`, `correct`).
 - **Uncertainty** (hedge): an uncertainty word (`maybe`, `probably`, `I guess`, `vielleicht`) or a
   negated certainty (`not sure`, `couldn't verify`) after the box; an alternative offered beside
-  it (`, or maybe 15`); another value given as possible (`it could be 9`); or a question mark
-  right after the box.
+  it (`, or maybe 15`); another value given as possible (`it could be 9`, `it could be 9 if zero
+  counts`: a supposition that is no mistake) or under another reading (`under the other
+  convention the count would be 9`); or a question mark right after the box.
 - **Unfinished** (hedge): text after the box that stops inside a sentence (it ends in a word or a
   comma, not in punctuation or math): a response cut off in its reasoning with a tentative box.
 - **Several boxes with different values** (hedge): a box before the final answer that holds
   another value and that the response did not take back: the final answer is the last committed
-  box. An earlier box is superseded when the text after it corrects it (`wait`, `no`, `wrong`,
-  `actually`), when it is a draft inside `<think> ... </think>`, or when the final box is
-  announced as the answer (`so the answer is`, a "Final Answer" heading); never when the final
-  box is offered beside it (`or`, `also`, `could`): several boxes offered together are a hedge.
+  box. An earlier box is superseded when the text after it corrects it (`wait`, `no`, `no no no`,
+  `wrong`, `actually`, `I forgot the corner`, `recounting gives`), when it is a draft inside
+  `<think> ... </think>`, or when the final box is announced as the answer (`so the answer is`,
+  a "Final Answer" heading); never when the final box is offered beside it (`or`, `also`,
+  `could`): several boxes offered together are a hedge.
 
-A value after the box that only approximates it (`√50 ≈ 7.07` after `5\\sqrt{2}`) is its value.
+A value after the box that only approximates it (`√50 ≈ 7.07` after `5\\sqrt{2}`, or cuts it
+after three digits or more, `≈ 0.666` after `\\frac{2}{3}`) is its value.
 `same(text)` tells whether a value written in the text equals the final answer; the verifier passes
 one that parses and compares values (`APPROXIMATELY + value` asks whether the value rounds to the
 box), the default compares the spelling.
@@ -70,8 +77,9 @@ _RESTATEMENT = re.compile(
 )
 _NEGATED_VALUE = re.compile(r"\b(?:not|no|never|isn't|wasn't)\s*$", re.IGNORECASE)
 _NEGATED_PHRASE = re.compile(r"\b(?:no|not|never|without|needn't|don't|won't)\b[^.,]{0,16}$")
+_NO = r"(?:no|nope|nah|non|nein|нет)"
 _REJECTION = re.compile(
-    r"^\s*(?:(?:actually|hmm+|oh|wait|well)[\s,]+)?(?:no|nope|nah|non|nein|нет)\s*(?:[,!.]|$)"
+    rf"^\s*(?:(?:actually|hmm+|oh|wait|well)[\s,]+)?{_NO}(?:[\s,!.]+{_NO})*\s*(?:[,!.]|$)"
     r"|^\s*不[，,]",
     re.IGNORECASE,
 )
@@ -257,8 +265,15 @@ def _set_against_box(raw: str, own: list[re.Match[str]], other: list[re.Match[st
 
 
 def _offers_other(raw: str, words: list[str], other: list[re.Match[str]]) -> bool:
-    """Is another value offered as a possibility (`it could be 9`, `可能是9`)?"""
-    if not other or _supposes(words, raw):
+    """Is another value offered as a possibility (`it could be 9`, `可能是9`, `it could be 9 if
+    zero counts`), or given under another reading (`under the other convention it would be
+    9`)? Not when the sentence calls it an error or supposes a mistake (`if the corner were
+    counted twice, it could be 9`)."""
+    if not other or any(w in W.BAD for w in words) or any(w in W.MISTAKE for w in words):
+        return False
+    if W.ALTERNATIVE_READING.search(raw) and not any(_is_negation(w) for w in words):
+        return True
+    if _supposes(words, raw) and not any(w in W.POSSIBLE for w in words):
         return False
     if raw.isascii() and not any(w in W.POSSIBLE for w in words):
         return False
@@ -278,6 +293,33 @@ def _offers_other(raw: str, words: list[str], other: list[re.Match[str]]) -> boo
     return False
 
 
+def _earlier_step(words: list[str], own: list[re.Match[str]]) -> bool:
+    """Does the sentence speak of a part of the work before the answer (`my initial guess of 10
+    was wrong`, `the wrong step was the second one, fixed above`), not of the box?"""
+    return (
+        not own
+        and any(w in W.STEP for w in words)
+        and any(w in W.EARLIER for w in words)
+        and not any(w in W.ANSWER for w in words)
+    )
+
+
+def _announced(raw: str, own: list[re.Match[str]], other: list[re.Match[str]]) -> bool:
+    """Does a sentence announce another value as the answer mid-sentence (`actually the answer
+    is 11 because ...`, `I recounted and got 11 in the end`)? The last value after a copula
+    decides (`3 + 4 is 7 and 7 + 5 is 12`); one after a computation (`3 + 4 is 7`) does not."""
+    if not other or W.ANNOUNCE.search(raw) is None:
+        return False
+    stated = [
+        m
+        for m in sorted(own + other, key=lambda m: m.start())
+        if W.COPULA.search(raw[: m.start()])
+        and not re.search(r"[\d)}]\s*(?:\S+\s*)?$", raw[: m.start()])
+        and not re.match(r"\s*(?:[-+*/×^=]|\\times|\\cdot)", raw[m.end() :])
+    ]
+    return bool(stated) and stated[-1] in other
+
+
 def _sentence_verdict(
     raw: str, all_words: list[str], about_box: bool, same: Callable[[str], bool]
 ) -> Commitment:
@@ -290,6 +332,7 @@ def _sentence_verdict(
     other = [m for m in values if m not in own]
     about_box = about_box or bool(own) or any(w in W.SELF or w in W.INTERJECTIONS for w in words)
     about_box = about_box or (bool(words) and words[0] in W.BACK_REFERENCE)
+    about_box = about_box and not _earlier_step(words, own)
     names_box = bool(own) or W.CONFLICT_TARGET.search(raw) is not None
     if _evaluation(words, raw, names_box) < 0 and about_box and (own or not other):
         return Commitment("retracted", f"the box called wrong: {raw.strip()}")
@@ -297,12 +340,13 @@ def _sentence_verdict(
         return Commitment("retracted", f"the box's value negated: {raw.strip()}")
     if _set_against_box(raw, own, other):
         return Commitment("retracted", f"another value set against the box: {raw.strip()}")
-    if _says_doubt(words, raw):
+    if _says_doubt(words, raw) and not _earlier_step(words, own):
         return Commitment("hedge", f"uncertain: {raw.strip()}")
     if _offers_other(raw, words, other):
         return Commitment("hedge", f"another value offered: {raw.strip()}")
     final = _final_value(raw, same)
-    if final is not None and not final[1] and not _marks_not_answer(words, raw):
+    stated = (final is not None and not final[1]) or _announced(raw, own, other)
+    if stated and not _marks_not_answer(words, raw):
         return Commitment("retracted", f"another value stated: {raw.strip()}")
     return Commitment()
 
@@ -356,11 +400,12 @@ def _offered_alternative(tail: str) -> bool:
 
 
 def _corrects(raw: str) -> bool:
-    """Does a sentence after an earlier box correct it (`wait`, `no`, `wrong`, `actually`)?"""
+    """Does a sentence after an earlier box correct it (`wait`, `no no no`, `wrong`, `actually`,
+    `I forgot the corner`, `recounting gives`)?"""
     words = _words(raw)
-    if _goes_back(words, raw) or _evaluation(words, raw) < 0:
+    if _goes_back(words, raw) or _evaluation(words, raw) < 0 or W.FIX_PHRASE.search(raw):
         return True
-    return any(w in W.CORRECTION or w in W.INTERJECTIONS for w in words)
+    return any(w in W.CORRECTION or w in W.INTERJECTIONS or w in W.FIXES for w in words)
 
 
 def _last_correction(text: str, start: int, end: int, cuts: list[int]) -> int:

@@ -166,3 +166,48 @@ CJK_GOOD = ("没错", "沒錯", "正确", "正確", "是对的", "確認", "确�
 CJK_SUPPOSITION = ("如果", "假如", "假设", "常见", "若", "もし")
 CJK_NEGATION = re.compile(r"(?:没有|沒有|没|沒|无|無|不|并非|不用|不必|无需|無需)$")
 CJK_POSSIBLE = re.compile(r"(?:可能|也许|或许)(?:是|为|為|等于)?\s*$")
+
+FIXES = _words(
+    """forgot forgotten forgetting missed overlooked omitted neglected fix fixed fixing
+    corrected correcting recounting recounted recomputing recomputed recalculating recalculated
+    redoing redid rechecking rechecked slip oublié vergessen olvidé dimenticato"""
+)
+"""Words that, between two boxes, say what the earlier one got wrong (`I forgot the corner`,
+`recounting gives`): the later box corrects it."""
+FIX_PHRASE = re.compile(
+    r"\b(?:too\s+(?:few|many|much|little)|double[- ]count\w*|should\s+have|left\s+out)\b",
+    re.IGNORECASE,
+)
+STEP = _words("step steps attempt attempts try tries draft guess estimate approach line sign term")
+"""Parts of the work before the answer: an error in one of them, placed before the answer
+(`EARLIER`), is not the box's (`my initial guess of 10 was wrong`)."""
+EARLIER = _words(
+    "first initial initially earlier previously before fixed corrected since had draft"
+)
+ANSWER = _words("answer answers result box boxed final solution réponse antwort respuesta")
+MISTAKE = _words(
+    """were had forgot forget forgetting ignore ignored ignoring careless naive naively tempting
+    trap pitfall common commonly typical mistakenly wrongly accidentally"""
+)
+"""Markers that a supposition describes a mistake (`if the corner were counted twice, it could
+be 9`), not another reading of the question (`it could be 9 if zero counts`)."""
+ALTERNATIVE_READING = re.compile(
+    r"\b(?:other|another|different|alternative|second)\s+(?:\w+\s+){0,2}?"
+    r"(?:rule|convention|interpretation|reading|definition|method|formula|assumption|approach)s?"
+    r"\b|\bdepending\s+on\b",
+    re.IGNORECASE,
+)
+"""Another value under another reading of the question is a hedge (`under the other convention
+the count would be 9`)."""
+ANNOUNCE = re.compile(
+    r"\b(?:answer|actually|really|in\s+fact|on\s+second\s+thought|after\s+all|in\s+the\s+end"
+    r"|recounted|recomputed|recalculated|redid)\b",
+    re.IGNORECASE,
+)
+"""Words that announce the value a sentence states as the answer, mid-sentence (`actually the
+answer is 11 because ...`, `I recounted and got 11 in the end`)."""
+COPULA = re.compile(
+    r"(?:\b(?:is|be|equals|got|get|gives|becomes)|['’]s|=|\bcomes\s+to)"
+    r"(?:\s+(?:actually|really|just|exactly))?\s*$",
+    re.IGNORECASE,
+)

@@ -18,11 +18,20 @@ Each rewrite keeps the value and only changes the spelling (tests/test_answer_fo
   subscripts (`x₁` -> `x_{1}`), full-width and mathematical styles are ASCII (`１２`, bold `𝟏𝟐`,
   double-struck `𝟙𝟚` -> `12`), digits of other scripts are ASCII digits (`١٢`, `१२`), `½` is a
   fraction and `−` is a minus sign;
-- `\\gamma` is a symbol (the parser reads `\\gamma^{2}-1` as the gamma function of -1).
+- `\\gamma` is a symbol (the parser reads `\\gamma^{2}-1` as the gamma function of -1);
+- a number or `)` before a parenthesized number is a product: `2\\left(3\\right)`, `(2)(3)`,
+  `2(\\frac{1}{2})` (the parser reads them as mixed numbers, 2 + 3); `\\frac\\pi4` is
+  `\\frac{\\pi}{4}`;
+- text markup the parser does not read (`\\operatorname {red}`, `\\text {\\emph {red}}`, a
+  trailing `\\\\`) is respelled `\\text{red}` (`respell_text`), only when the text does not parse
+  as written.
 
 Units are split off by `split_unit` before parsing (the parser's own unit stripping is off):
 only words that are units (`UNITS`) inside `\\text{}` / `\\mathrm{}` (or bare, for words of two
 letters or more), and degrees; never a letter of the expression (`\\frac{1}{m} t` keeps its t).
+Units joined by `/` or `\\cdot` are one (`\\mathrm {~km} / \\mathrm{s}` is km/s), and a short token
+in `\\text{}` right after a plain number is a unit the list lacks (`2.78 \\times 10^{-6}\\
+\\text{kWh}`, `4.5 \\text{ erg}`), never a word of a sentence (`or`, `not`, `maybe`).
 `unit_letter` reads a one-letter unit written against a number (`0.02m`), for a numeric gold.
 
 Two forms are not LaTeX expressions at all and are read here into their own values:
@@ -97,6 +106,18 @@ _AMC_CHOICE = re.compile(
     r"|[A-E](?:\s*[:)]|\.(?=\s)))\s*(?:~|\\[,;: ]|\\quad)*\s*(.+)$"
 )
 # The same choice written after its value: `32 \\text{ (C)}`, `32 \\; \\textbf{(C)}`, `32 (C)`.
+# A number or `)` right before a parenthesized number is a product (`2\\left(3\\right)`,
+# `(2)(3)`, `2(\\frac{1}{2})`); the parser reads it as a mixed number (2 + 3).
+_JUXTAPOSED = re.compile(
+    r"(?<=[\d)])\s*((?:\\left\s*)?\(\s*-?(?:\d+(?:\.\d+)?|\\[dt]?frac\s*\{\s*\d+\s*\}\s*"
+    r"\{\s*\d+\s*\})\s*(?:\\right\s*)?\))"
+)
+# `\\frac\\pi4`: a fraction whose arguments are single tokens, one of them a command.
+_SYMBOL_COMMAND = r"\\[A-Za-z]+(?![A-Za-z])(?!\s*[{\[_^])"
+_BARE_FRACTION = re.compile(
+    rf"\\([dt]?frac)\s*(?:({_SYMBOL_COMMAND})\s*([A-Za-z0-9]|{_SYMBOL_COMMAND})"
+    rf"|([A-Za-z0-9])\s*({_SYMBOL_COMMAND}))"
+)
 _TRAILING_CHOICE = re.compile(
     r"^(.*?[\d}).])\s*(?:,|~|\\[,;: ]|\\quad)*\s*"
     r"(?:\\text(?:bf)?\s*\{\s*\(([A-E])\)\s*\}|\(([A-E])\))\s*$",
@@ -166,9 +187,36 @@ def rewrite(text: str) -> str:
     text = _MATHRM_CONSTANT.sub(r"\1", text)
     text = _SUBSCRIPTED_E.sub(r"\\mathrm{E}", text)
     text = _GAMMA.sub(r"{\\gamma}", text)
+    text = _JUXTAPOSED.sub(r" \\cdot \1", text)
+    text = _BARE_FRACTION.sub(_braced_fraction, text)
     while text.endswith(".") and not text.endswith(("...", "\\.")):
         text = text[:-1].rstrip()
     return text
+
+
+def _braced_fraction(match: re.Match[str]) -> str:
+    command = match.group(1)
+    num, den = match.group(2) or match.group(4), match.group(3) or match.group(5)
+    return f"\\{command}{{{num}}}{{{den}}}"
+
+
+_TEXT_COMMAND = re.compile(
+    r"\\(?:emph|textsf|texttt|textup|textnormal|textit|textbf|textrm|hbox|mbox|operatorname"
+    r"|mathrm|mathsf|mathbf|mathit|rm|text)\s*\{"
+)
+_RM_GROUP = re.compile(r"\{\s*\\rm\s+([^{}]*)\}")
+_NESTED_TEXT = re.compile(r"\\text\{\s*\\text\{([^{}]*)\}\s*\}")
+_TRAILING_BREAK = re.compile(r"(?:\s|\\\\|\\text\{\s*\.?\s*\})+$")
+
+
+def respell_text(text: str) -> str:
+    """Text markup spelled the one way the parser reads (`\\operatorname {red}`, `\\emph{red}`,
+    `{\\rm red}`, `\\text{\\textbf{red}}` -> `\\text{red}`; a trailing `\\\\` or `\\text{.}`
+    dropped). Tried only on a gold or an answer that does not parse as written."""
+    text = _RM_GROUP.sub(r"\\text{\1}", _TEXT_COMMAND.sub(r"\\text{", text))
+    while _NESTED_TEXT.search(text):
+        text = _NESTED_TEXT.sub(r"\\text{\1}", text)
+    return _TRAILING_BREAK.sub("", text)
 
 
 def clock_time(text: str) -> ClockTime | None:
@@ -238,8 +286,17 @@ UNITS = frozenset(_UNIT_WORDS.split())
 two letters or more). Single letters count only inside `\\text{}` / `\\mathrm{}`."""
 
 _TEXT_GROUP = re.compile(
-    r"\\(?:text|mathrm|textrm|textnormal|mbox|rm)\s*\{([^{}]*)\}(\s*\^\s*\{?\d\}?)?\s*$"
+    r"\\(?:text|mathrm|textrm|textnormal|mbox|rm)\s*\{([^{}]*)\}(\s*\^\s*\{?-?\d\}?)?\s*$"
 )
+_UNIT_JOINER = re.compile(r"\s*(/|\\cdot)\s*$")
+_PLAIN_NUMBER = re.compile(
+    r"\(?\s*[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:\s*\\(?:times|cdot)\s*10\^\s*\{?\s*[-+]?\d+\s*\}?)?\s*\)?"
+)
+_UNIT_SHAPED = re.compile(r"[A-Za-zµμΩÅ]{2,4}(?:[/.·][A-Za-zµμΩÅ]{1,4})*")
+_NOT_UNIT_WORDS = """or and to is are be if so then thus only each both all ok okay true sure yes
+    no not nope maybe may might could can about less more than per one two ten"""
+_NOT_UNITS = frozenset(_NOT_UNIT_WORDS.split())
+"""Short words that are never a unit, whatever follows a number in `\\text{}`."""
 _BARE_WORD = re.compile(
     r"(?<=[\d}\s])\s*([A-Za-z]{2,}(?:/[A-Za-z]+)?|[A-Za-z]/[A-Za-z]+)(\s*\^\s*\{?\d\}?)?\s*$"
 )
@@ -251,27 +308,58 @@ def _is_unit(words: str) -> bool:
     return bool(parts) and all(w.strip(".") in UNITS for w in parts)
 
 
+def _unit_shaped(words: str, before: str) -> bool:
+    """A short token in `\\text{}` right after a plain number (`2.78 \\times 10^{-6}\\
+    \\text{kWh}`, `4.5 \\text{ erg}`): a unit the list lacks, never a word of a sentence."""
+    token = re.sub(r"\\[,;: ]|~", " ", words).strip()
+    return (
+        _UNIT_SHAPED.fullmatch(token) is not None
+        and token.lower() not in _NOT_UNITS
+        and _PLAIN_NUMBER.fullmatch(_TRAILING_SPACE.sub("", before).strip()) is not None
+    )
+
+
 def split_unit(text: str) -> tuple[str, str]:
     """(the value, its unit) of an answer with a trailing unit (`5 \\text{ cm}^2` -> ("5",
-    "cm^2")); ("text", "") when nothing trails it that is a unit. Degrees are dropped (90° = 90),
-    as math-verify does."""
-    value, units = text.strip(), []
+    "cm^2")); ("text", "") when nothing trails it that is a unit. Units joined by `/` or
+    `\\cdot` are one unit (`\\mathrm{~km} / \\mathrm{s}` -> "km/s"); a short token in `\\text{}`
+    after a plain number is a unit (`_unit_shaped`). Degrees are dropped (90° = 90), as
+    math-verify does."""
+    value, units, joiner = text.strip(), [], ""
     while True:
         match = _TEXT_GROUP.search(value)
         bare = None if match else _BARE_WORD.search(value)
         found = match or bare
-        if found is None or not _is_unit(found.group(1)):
+        before = value[: found.start()] if found else ""
+        if found is None or not (
+            _is_unit(found.group(1)) or (match and _unit_shaped(found.group(1), before))
+        ):
             break
-        before = value[: found.start()]
         if not before.strip() or not re.search(r"[\w})]", before):
             break  # the unit is the whole answer: leave it
-        units.insert(
-            0,
-            " ".join(re.sub(r"\\[,;: ]|~", " ", found.group(1)).split())
-            + (found.group(2) or "").replace(" ", ""),
-        )
-        value = _TRAILING_SPACE.sub("", before)
+        unit = " ".join(re.sub(r"\\[,;: ]|~", " ", found.group(1)).split())
+        unit += (found.group(2) or "").replace(" ", "")
+        if joiner:
+            units[0] = unit + joiner + units[0]
+        else:
+            units.insert(0, unit)
+        value, joiner = _joined_unit(_TRAILING_SPACE.sub("", before))
     return value, " ".join(units)
+
+
+def _joined_unit(value: str) -> tuple[str, str]:
+    """(`value` without a trailing `/` or `\\cdot`, the joiner) when a unit in `\\text{}` comes
+    before that joiner (`7.5 \\mathrm{~km} /`); (`value`, "") otherwise."""
+    joined = _UNIT_JOINER.search(value)
+    if joined is None:
+        return value, ""
+    head = value[: joined.start()]
+    group = _TEXT_GROUP.search(head)
+    if group is None or not _is_unit(group.group(1)):
+        return value, ""
+    if not re.search(r"[\w})]", head[: group.start()]):
+        return value, ""
+    return head, "/" if joined.group(1) == "/" else " "
 
 
 _UNIT_NAMES = {

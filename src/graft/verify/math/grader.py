@@ -37,7 +37,10 @@ pinned by a test in tests/test_verify.py):
 - with the problem text (`graft.verify.math.problem_text`): a box that only copies an expression of
   the question (`\\frac{12}{18}` for "Simplify $\\frac{12}{18}$"), or, when the question asks to
   evaluate or simplify, leaves work undone that the gold does not (`\\sqrt{25 \\cdot 2}`,
-  `\\log_2 64`, an unreduced fraction: `graft.verify.math.unevaluated`) is `no_answer/other`; a unit
+  `\\log_2 64`, an unreduced fraction: `graft.verify.math.unevaluated`), or leaves a big operator
+  (`\\sum`, `\\prod`, `\\int`, a limit) that the gold does not, whatever the question's words, or
+  ignores the form it asks for (`\\frac{1}{3}` for "as a repeating decimal", `0.5` for "as a
+  common fraction") is `no_answer/other`; a unit
   other than the one the question asks for is `wrong/unit`; a choice whose value is not that
   option's value in the question (`\\text{(B) } 14` where (B) is 12) is wrong;
 - a choice letter gold (`B`) accepts the choice with its value (`\\text{(B) } 12`,
@@ -49,7 +52,8 @@ pinned by a test in tests/test_verify.py):
   a decimal one with more digits, that rounds to it is right (`\\frac{1}{360000}` for
   `2.7778e-6`: a relative difference up to half a unit in the gold's last digit,
   5 * 10^-digits); a decimal answer of three or more digits but fewer than the gold's is right
-  when the gold rounds to it (`6.67 \\times 10^{-11}` for `6.674e-11`);
+  when the gold rounds to it (`6.67 \\times 10^{-11}` for `6.674e-11`); a decimal gold of one or
+  two digits is read with one digit more (`0.0199 \\mathrm{~m}` for `0.02`, not `0.024`);
 - units are split off by `forms.split_unit` (only unit words, never a letter of the expression;
   math-verify's own unit stripping is off, as it reads `\\frac{1}{m} t` as `\\frac{1}{m}`); two
   different units are `wrong/unit`; against a gold that is a number, a one-letter unit written
@@ -76,12 +80,13 @@ from graft.verify.math.answer import answer_line, final_boxes, final_number, off
 from graft.verify.math.choices import judge_choice, judge_or_list
 from graft.verify.math.commitment import APPROXIMATELY, commitment
 from graft.verify.math.problem_text import (
+    asked_form,
     asked_units,
     asks_for,
     asks_to_evaluate,
     restates_problem,
 )
-from graft.verify.math.unevaluated import leftover_work
+from graft.verify.math.unevaluated import ignores_form, leftover_work
 from graft.verify.math.values import (
     _is_number,
     _math,
@@ -226,10 +231,15 @@ _UNEVALUATED = "unevaluated "
 def _left_undone(box: str, gold: str, problem: str) -> str:
     """The work a right box leaves undone that its gold does not (`\\sqrt{25 \\cdot 2}` for
     "Simplify", `\\frac{10}{12}` for "in lowest terms"), when the question asks to evaluate or
-    simplify; "" otherwise."""
-    if not asks_to_evaluate(problem):
-        return ""
+    simplify; a big operator (`\\sum`, `\\int`, `\\lim`) whatever it asks (with the question's
+    text: without it the operator is not told from a gold's own); a form other than the one it
+    asks for (`\\frac{1}{3}` for "as a repeating decimal"); "" otherwise."""
     undone = leftover_work(forms.rewrite(box)) - leftover_work(forms.rewrite(gold))
+    if not asks_to_evaluate(problem):
+        undone &= {"operator"} if problem.strip() else set()
+    asked = asked_form(problem)
+    if asked and ignores_form(box, asked) and not ignores_form(gold, asked):
+        undone |= {f"{asked} asked"}
     return ", ".join(sorted(undone))
 
 

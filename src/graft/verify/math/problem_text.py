@@ -15,6 +15,8 @@
   undone is no answer: `graft.verify.math.unevaluated`); `asks_for`: an equation's left side is the
   quantity the question asks for (`a + b = 7` for "Find $a + b$"); `options`: the options of a
   multiple-choice question, by letter.
+- `asked_form`: the form a question asks for (`as a repeating decimal`, `as a common fraction`),
+  so that a right value in the other form is no answer (`graft.verify.math.unevaluated`).
 - `asked_units`: the units a question asks for (`in meters`, `how many seconds`), so that a value
   given in another unit (`2 \\text{ cm}` when meters are asked and the gold is `2`) is wrong.
 """
@@ -155,6 +157,27 @@ def asks_to_evaluate(problem: str) -> bool:
     """Does the question ask for a value worked out (`Simplify`, `Evaluate`, `Compute`, `in
     lowest terms`, `Express as a common fraction`), not merely for a quantity that is one?"""
     return _EVALUATE.search(problem) is not None
+
+
+_ASKED_DECIMAL = re.compile(
+    r"\b(?:as|in|to)\s+(?:an?\s+)?(?:repeating\s+|terminating\s+|exact\s+)?decimal\b"
+    r"(?!\s+(?:place|digit))|\bdecimal\s+(?:form|expansion|notation)\b"
+    r"|\bnearest\s+(?:tenth|hundredth|thousandth)",
+    re.IGNORECASE,
+)
+_ASKED_FRACTION = re.compile(
+    r"\b(?:as|in|to)\s+(?:an?\s+)?(?:common|simplified|reduced|proper|improper|irreducible)?"
+    r"\s*fraction\b|\bcommon\s+fraction\b",
+    re.IGNORECASE,
+)
+
+
+def asked_form(problem: str) -> str:
+    """The form the question asks its answer in: "decimal" (`as a repeating decimal`, `to the
+    nearest tenth`), "fraction" (`as a common fraction`), or "" (none, or both)."""
+    decimal = _ASKED_DECIMAL.search(problem) is not None
+    fraction = _ASKED_FRACTION.search(problem) is not None
+    return "decimal" if decimal and not fraction else "fraction" if fraction and not decimal else ""
 
 
 _ASK = re.compile(

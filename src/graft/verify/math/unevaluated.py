@@ -5,6 +5,11 @@ A question that asks to evaluate or simplify (`Simplify $\\sqrt{50}$`, `Evaluate
 value: `\\sqrt{25 \\cdot 2}`, `\\log_2 64`, `\\frac{10}{12}`. `leftover_work` names the kinds of
 work a spelling leaves undone; the verifier compares them with the gold's, so a gold that is
 itself a power (`2^{64}`) or a logarithm (`\\log_2 3`) keeps answers of its own form right.
+
+A big operator left in the box (`\\sum_{k=1}^{10} k`, `\\int_0^1 2x\\,dx`, a limit) restates the
+computation whatever the question's words, and `ignores_form` finds a value written in the other
+form than the one the question asks for (`\\frac{1}{3}` for "as a repeating decimal", `0.5` for
+"as a common fraction"): the mirror of a fraction not in the lowest terms asked for.
 """
 
 from __future__ import annotations
@@ -59,6 +64,21 @@ def _rational_log(base: int, value: int) -> bool:
 def _unreduced(match: re.Match[str]) -> bool:
     num, den = (int(g) for g in match.groups() if g is not None)
     return den == 1 or math.gcd(num, den) > 1
+
+
+_FRACTION_SPELLING = re.compile(r"\\[dt]?frac|(?<![\d.])\d+\s*/\s*\d+")
+_DECIMAL_SPELLING = re.compile(r"\d?\.\d|\\overline")
+
+
+def ignores_form(text: str, asked: str) -> bool:
+    """Is `text` spelled in the other form than the one asked ("decimal": a fraction such as
+    `\\frac{1}{3}` for "as a repeating decimal"; "fraction": a decimal such as `0.5` for "as a
+    common fraction")?"""
+    if asked == "decimal":
+        return _FRACTION_SPELLING.search(text) is not None
+    if asked == "fraction":
+        return _DECIMAL_SPELLING.search(text) is not None
+    return False
 
 
 def leftover_work(text: str) -> frozenset[str]:

@@ -64,8 +64,19 @@ def parse_latex(text: str) -> Any:
 @lru_cache(maxsize=4096)
 def parse_answer(text: str) -> Any:
     """Parse a gold or an answer: the forms of `graft.verify.math.forms` first, then LaTeX as a
-    whole. Cached per process (sympy values are immutable): a gold is parsed once for its whole
-    group, and a box once for both the commitment rules and the verdict."""
+    whole; text markup that does not parse as written is tried again respelled
+    (`forms.respell_text`). Cached per process (sympy values are immutable): a gold is parsed
+    once for its whole group, and a box once for both the commitment rules and the verdict."""
+    try:
+        return _parse_form(text)
+    except Exception:
+        respelled = forms.respell_text(text)
+        if respelled == text:
+            raise
+        return _parse_form(respelled)  # `\\operatorname {red}`, `\\text{\\emph{red}}`
+
+
+def _parse_form(text: str) -> Any:
     text = forms.split_unit(forms.rewrite(text))[0]
     clock = forms.clock_time(text)
     if clock is not None:
@@ -248,16 +259,19 @@ def _within_half_unit(value: Any, other: Any, digits: int) -> bool:
 def rounds_to_gold(gold: str, gold_expr: Any, pred: Any, answer: str = "") -> bool:
     """Does `pred` round to a decimal gold at the gold's significant digits (a relative
     difference of at most half a unit in its last digit, 5 * 10^-digits), or, for a decimal
-    answer with fewer digits (three or more), does the gold round to the answer? `answer` is the
-    answer's spelling (its digits count; a trailing unit aside)."""
+    answer with fewer digits (three or more), does the gold round to the answer? A decimal gold of
+    one or two digits is read with one digit more (`0.02` as 0.020: `0.0199` is right, `0.024`
+    is not). `answer` is the answer's spelling (its digits count; a trailing unit aside)."""
     digits = forms.significant_digits(gold)
-    if (
-        digits is None
-        or digits < _ROUNDED_MIN_DIGITS
-        or not (_is_number(gold_expr) and _is_number(pred))
-    ):
+    if digits is None or not (_is_number(gold_expr) and _is_number(pred)):
         return False
-    if pred.has(_math().sympy.Float):
+    decimal = pred.has(_math().sympy.Float)
+    if digits < _ROUNDED_MIN_DIGITS:
+        # A short decimal gold (`0.02`) may be exact (`0.5` = 1/2): read with one digit more
+        # (0.020), a decimal answer of three or more digits that rounds to that is right.
+        more = decimal and _digits_of(answer, pred) >= max(_ROUNDED_MIN_DIGITS, digits + 1)
+        return more and _within_half_unit(gold_expr, pred, digits + 1)
+    if decimal:
         pred_digits = _digits_of(answer, pred)
         if pred_digits < digits:
             return pred_digits >= _ROUNDED_MIN_DIGITS and _within_half_unit(
@@ -300,7 +314,8 @@ def _terminates(value: Any) -> bool:
 
 def _approximates(text: str, value: Any, box: Any, marked: bool) -> bool:
     """Does a number written in the text round the box's value (a decimal of an exact box that
-    has no finite decimal, `7.07` for `5\\sqrt{2}`; or any number marked as approximate)?"""
+    has no finite decimal, `7.07` for `5\\sqrt{2}`; or any number marked as approximate), or,
+    with three digits or more, cut it (`0.666` for 2/3)?"""
     if not (_is_number(value) and _is_number(box)):
         return False
     if not marked and ("." not in text or _terminates(box)):
@@ -308,7 +323,20 @@ def _approximates(text: str, value: Any, box: Any, marked: bool) -> bool:
     digits = forms.significant_digits(text)
     if digits is None:
         digits = len(text.strip().lstrip("-+").lstrip("0")) or 1
-    return _within_half_unit(value, box, digits)
+    return _within_half_unit(value, box, digits) or (
+        digits >= _ROUNDED_MIN_DIGITS and _truncates(value, box, digits)
+    )
+
+
+def _truncates(value: Any, box: Any, digits: int) -> bool:
+    """Is `value` the box's value cut after `digits` significant digits (`0.666` for 2/3,
+    `3.1415` for pi): the same sign, and the box beyond it by less than one unit of its last
+    digit?"""
+    v, b = value.evalf(_EVAL_DIGITS), box.evalf(_EVAL_DIGITS)
+    if v == 0 or not (v.is_finite and b.is_finite) or (v > 0) != (b > 0):
+        return False
+    unit = _math().sympy.Integer(10) ** (math.floor(math.log10(abs(float(v)))) - digits + 1)
+    return bool(0 <= abs(b) - abs(v) < unit)
 
 
 def same_as(boxes: tuple[str, ...], approximately: str) -> Any:
