@@ -415,13 +415,19 @@ def _label(case):
     return f"{cls}: {response!r} vs {gold!r} ({problem[:20]!r}) -> {category}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_label(c)[:90] for c in CASES])
-def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
+def check_case(case) -> None:
+    """The grader gives `case` (class, response, gold, problem, (category, reason)) its verdict
+    and reason, a reason of the category's closed set."""
     _, response, gold, problem, (category, reason) = case
     verdict = verify_math(response, gold, problem)
     assert (verdict.category, verdict.reason) == (category, reason), verdict
     if reason:
         assert reason in MATH_REASONS[category]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_label(c)[:90] for c in CASES])
+def test_each_case_gets_the_careful_graders_verdict_and_reason(case):
+    check_case(case)
 
 
 def test_no_false_positive_and_no_false_negative_in_any_class():

@@ -8,7 +8,8 @@ directions: the non-answer refused and its innocent twin accepted."""
 
 import pytest
 
-from graft.verify.math.grader import MATH_REASONS, verify_math
+from graft.verify.math.grader import verify_math
+from test_grader_classes import _label, check_case
 
 B = "\\boxed"
 R = ("no_answer", "retracted")
@@ -111,18 +112,9 @@ CASES = [
 ]  # fmt: skip
 
 
-def _label(case):
-    cls, response, gold, problem, (category, _) = case
-    return f"{cls}: {response!r} vs {gold!r} ({problem[:20]!r}) -> {category}"
-
-
 @pytest.mark.parametrize("case", CASES, ids=[_label(c)[:90] for c in CASES])
 def test_each_probe_case_gets_its_verdict_and_reason(case):
-    _, response, gold, problem, (category, reason) = case
-    verdict = verify_math(response, gold, problem)
-    assert (verdict.category, verdict.reason) == (category, reason), verdict
-    if reason:
-        assert reason in MATH_REASONS[category]
+    check_case(case)
 
 
 def test_each_probe_class_has_both_directions():
