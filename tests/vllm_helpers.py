@@ -64,3 +64,16 @@ def _train_step(policy: Policy, rollouts) -> dict[str, float]:
         for r in rollouts
     ]
     return policy.train(groups, seed=1)
+
+
+def engine_tiny_paths() -> dict[str, str]:
+    """Small models the CPU backend's attention takes (head size 32; the `tiny_paths` models'
+    16 is refused there), built in seconds and cached: {"llama": dir, "qwen2": dir}."""
+    from conftest import small_tiny_spec
+    from graft.models.tiny import build_tiny
+
+    heads = {"heads": 2, "kv_heads": 1}
+    return {
+        "llama": str(build_tiny(small_tiny_spec("llama", "char", **heads))),
+        "qwen2": str(build_tiny(small_tiny_spec("qwen2", "bpe", bpe_vocab_size=300, **heads))),
+    }

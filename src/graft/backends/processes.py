@@ -19,10 +19,10 @@ from typing import Any
 
 from graft.backends.base import Answers, Backend, Calls, T, Then, answer, keep
 from graft.errors import PolicyWorkerError
-from graft.procutil import die_with_parent
+from graft.procutil import die_with_parent, started_with
 from graft.training.build import resolve_device
 from graft.training.policy import Policy, PolicySpec
-from graft.training.shards import rank_environment, started_with
+from graft.training.shards import rank_environment
 
 
 def _portable(exc: BaseException) -> BaseException:

@@ -209,13 +209,17 @@ class RolloutConfig:
     batch_size: int = 0
     """Sequences generated at once; 0: the whole rollout batch."""
     engine: Literal["hf", "vllm"] = "hf"
-    """Sampler: graft's own KV-cache loop over the Hugging Face model, or vLLM (GPU extra; the
-    policy's weights are pushed into the engine after every update)."""
+    """Sampler: graft's own KV-cache loop over the Hugging Face model, or vLLM (the `vllm` extra
+    on a GPU, vLLM's CPU build without one; the policy's weights are pushed into the engine after
+    every update)."""
     vllm_gpu_memory: float = 0.4
-    """vLLM engine: fraction of the GPU memory it may take (the trainer needs the rest). Its KV
-    cache is sized to what the rollouts need (the sequences sampled at once x their length, a
-    quarter more) and capped at this share less the engine's weights; vLLM also needs this share
-    free at start-up."""
+    """vLLM engine: fraction of the GPU memory it may take (the trainer needs the rest; on vLLM's
+    CPU backend, of the machine's memory). Its KV cache is sized to what the rollouts need (the
+    sequences sampled at once x their length, a quarter more) and capped at this share less the
+    engine's weights; on a GPU vLLM also needs this share free at start-up."""
+    vllm_enforce_eager: bool = False
+    """vLLM engine: run the model eagerly, without compiling it (torch.compile) or capturing CUDA
+    graphs: a faster start-up and less memory, slower sampling (vLLM's `enforce_eager`)."""
 
 
 @dataclass(frozen=True)

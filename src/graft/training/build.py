@@ -128,8 +128,17 @@ def build_parts(spec: PolicySpec) -> PolicyParts:
     if spec.rollout.engine == "vllm":
         from graft.rollout.vllm_engine import VLLMEngine
 
-        # The engine takes this model's config and weights (whatever models.N names).
-        engine = VLLMEngine(model, rollout=spec.rollout, dtype=m.dtype, seed=spec.seed, key=key)
+        # The engine takes this model's config and weights (whatever models.N names). A sharded
+        # policy's rank 0 keeps this process's torch.distributed group for its shards: its
+        # engine runs in processes of its own.
+        engine = VLLMEngine(
+            model,
+            rollout=spec.rollout,
+            dtype=m.dtype,
+            seed=spec.seed,
+            key=key,
+            own_process=m.shards > 1,
+        )
     return PolicyParts(
         device, model, tokenizer, adapter, fingerprint, precision, ref_model, optimizer, engine
     )

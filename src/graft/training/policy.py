@@ -169,7 +169,7 @@ class Policy:
         rows = [ids for ids in prompt_ids_P for _ in range(n)]
         with self.meter.phase("generate"):
             seeds = row_seeds(seed, [p.id for p in problems], n)
-            samples = self._sample(rows, params, seed=seed, row_seeds=seeds)
+            samples = self._sample(rows, params, row_seeds=seeds)
         self.meter.add(
             responses=len(samples),
             gen_tokens=sum(len(s.token_ids) for s in samples),
@@ -194,11 +194,10 @@ class Policy:
         rows: list[tuple[int, ...]],
         params: SamplingParams,
         *,
-        seed: int,
         row_seeds: list[int],
     ) -> list:
         if self.engine is not None:
-            return self.engine.sample(rows, params, stop_ids=self.stop_ids, seed=seed)
+            return self.engine.sample(rows, params, stop_ids=self.stop_ids, row_seeds=row_seeds)
         return self._sample_rows(rows, params, row_seeds)
 
     def _sample_rows(

@@ -42,7 +42,7 @@ from safetensors.torch import load_file
 
 from graft.errors import PolicyWorkerError
 from graft.models.precision import DTYPES, Precision
-from graft.procutil import die_with_parent
+from graft.procutil import die_with_parent, started_with
 from graft.rollout import Sample, SamplingParams
 from graft.training.build import PolicySpec, resolve_device, set_warmup_lr
 from graft.training.cost import Meter, parameter_count
@@ -60,7 +60,6 @@ from graft.training.shards import (
     load_full_weights,
     rank_environment,
     share_from_rank0,
-    started_with,
     with_tied_keys,
     without_tied_keys,
 )

@@ -46,22 +46,6 @@ def rank_environment(device: str) -> dict[str, str]:
     return {name: value}
 
 
-@contextlib.contextmanager
-def started_with(env: dict[str, str]) -> Iterator[None]:
-    """`env` in os.environ while a process starts inside (a spawned child copies the environment
-    at its start, and glibc reads these settings then); as it was again afterwards."""
-    before = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 @dataclass(frozen=True)
 class ShardRank:
     """This process's place in its policy's shard group (rank 0 of 1: not sharded)."""
