@@ -185,4 +185,8 @@ def test_a_steps_phases_add_up_to_the_step_and_training_excludes_settling(tmp_pa
         parts = [record[f"time/{p}_s"] for p in phases]
         assert all(x >= 0 for x in parts)
         assert sum(parts) == pytest.approx(record["time/step_s"], abs=1e-6), record
-    assert any(r["time/settle_s"] > 0.01 for r in read_metrics(run_dir))
+    # Settling's work is in the settle phase: every step that sampled again has time there (by
+    # counting the rounds, not by a duration, which depends on the machine).
+    resampled = [r for r in read_metrics(run_dir) if r["contrast/extra_rounds"] > 0]
+    assert resampled and all(r["contrast/extra_responses"] > 0 for r in resampled)
+    assert all(r["time/settle_s"] > 0 for r in resampled)
