@@ -94,7 +94,6 @@ from graft.preflight import (  # noqa: F401  (re-exported: the tests and docs na
     VLLM_SERIES,
     check_vllm_installed,
     check_vllm_version,
-    installed_vllm,
 )
 from graft.procutil import started_with
 from graft.rollout.generate import Sample, SamplingParams
