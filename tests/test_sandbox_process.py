@@ -68,7 +68,7 @@ def test_a_program_is_alone_in_its_session_and_cannot_reach_any_host_side_proces
     """)
     outcome, returns = call_in_sandbox(source, "add", CALLS, limits=LIMITS)
     assert judge_calls(outcome, returns, EXPECTED)[0], (outcome.status, outcome.detail)
-    assert outcome.seconds < 2.0
+    assert outcome.status == "ok"  # on time: nothing it sent stopped or delayed it
     again = call_in_sandbox(ADD, "add", CALLS, limits=LIMITS)  # the sandbox still serves
     assert judge_calls(*again, EXPECTED)[0]
 
@@ -154,7 +154,7 @@ def test_the_namespaces_tier_watches_memory_and_processes(monkeypatch):
            "        time.sleep(0.01)\n"  # fmt: skip
     outcome = run_sandboxed({"m.py": bomb.encode()}, ["python", "m.py"], limits=limits)
     assert (outcome.status, outcome.detail) == ("runtime_error", "more than 8 processes (watched)")
-    assert outcome.seconds < 3.0 and outcome.usage["leftover_processes"] == 0
+    assert outcome.usage["leftover_processes"] == 0
     plain = run_sandboxed({"m.py": b"print(sum(range(10)))"}, ["python", "m.py"], limits=limits)
     assert (plain.status, plain.stdout) == ("ok", b"45\n")
 
@@ -261,13 +261,21 @@ def test_graft_code_doctor_prints_the_tier_and_every_limit_with_its_status():
     tier = find_placement().tier
     assert done.returncode == 0 and lines[0] == f"sandbox tier: {tier}", done.stdout
     rows = [x for x in lines if "  enforced  " in x or "  weaker  " in x]
-    assert len(rows) == 19 and "a real program: ok, printed '42'" in lines[-1]
+    assert len(rows) == 22 and "a real program: ok, printed '42'" in lines[-1]
     if tier in ("cgroup_v1", "cgroup_v2") and os.geteuid() == 0:  # this machine's: all enforced
         assert all("  enforced  " in x for x in rows), done.stdout
     row = {x.split("  ")[1].strip(): x for x in rows}
     if os.geteuid() == 0:
         assert "2000000000: its own, not root, not the init's" in row["program's host uid"]
     assert "mounted ro," in row["/proc"] and "to write: E" in row["/proc"]
+    # The interpreter a program gets, read off a real program, each with where it comes from.
+    assert "  enforced  " in row["interpreter flags"] and "-I -S -B:" in row["interpreter flags"]
+    assert "exit, quit, help, copyright, credits, license in builtins" in row["site's names"]
+    assert row["signal dispositions"].split("enforced")[1].split(":")[0].strip() == (
+        "SIGPIPE ignored, SIGXFSZ ignored, SIGINT KeyboardInterrupt"
+    )
+    assert "64 tasks" in row["processes"] and "DEFAULT_POOL_THREADS" in row["processes"]
+    assert "output_cap" in row["output"]
     weaker = _doctor(GRAFT_SANDBOX_TIER="namespaces")
     assert weaker.stdout.startswith("sandbox tier: namespaces (weaker)")
     weaker_rows = [x for x in weaker.stdout.splitlines() if "  weaker  " in x]

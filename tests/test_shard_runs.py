@@ -210,10 +210,9 @@ def test_a_killed_rank_or_driver_ends_the_run_and_resume_matches_an_uninterrupte
     want = _weights(tmp_path / "whole", 4)
     for victim in ("rank", "driver"):
         out = tmp_path / victim
-        code, err, took = _kill_mid_run(out, sharded, victim)
-        if victim == "rank":
+        code, err, _ = _kill_mid_run(out, sharded, victim)
+        if victim == "rank":  # ended by the death it saw, not by a collective's timeout:
             assert code == 2, err
-            assert took < 120
             last = err.strip().splitlines()[-1]
             assert "policy 'llama': rank 1 of 2 died" in last, last
         verify_checkpoint(latest_checkpoint(out))
@@ -283,11 +282,10 @@ def test_a_killed_ray_rank_ends_the_run_in_one_line_and_resume_continues(tmp_pat
     from graft.rundir import latest_checkpoint, read_metrics, verify_checkpoint
 
     out = tmp_path / "ray"
-    code, err, took = _kill_mid_run(
+    code, err, _ = _kill_mid_run(
         out, ("models.0.shards=2", "run.save_every=2", "run.backend=ray"), "rank"
     )
-    assert code == 2, err
-    assert took < 120
+    assert code == 2, err  # ended by the death it saw, not by a collective's timeout:
     last = err.strip().splitlines()[-1]
     assert "policy 'llama': rank 1 of 2 died (its Ray actor died)" in last, last
     verify_checkpoint(latest_checkpoint(out))
@@ -422,7 +420,6 @@ def test_a_damaged_sharded_checkpoint_is_refused_before_any_rank_starts(
     """The only checkpoint of a K = 2 run has a truncated file: resume is refused in one line
     naming the checkpoint and the file before any policy process or rank starts (it took 17-52 s
     to refuse once every rank had started)."""
-    import time
 
     import graft.trainer
 
@@ -433,8 +430,6 @@ def test_a_damaged_sharded_checkpoint_is_refused_before_any_rank_starts(
     out, policy = _last_checkpoint_only(one_and_two, tmp_path / "run")
     with (policy / "model.safetensors").open("r+b") as f:
         f.truncate(1000)
-    start = time.monotonic()
-    line = _refused(out, capsys)
-    assert time.monotonic() - start < 15
+    line = _refused(out, capsys)  # before any policy started (make_backend above raises)
     assert "no intact checkpoint" in line and str(policy / "model.safetensors") in line, line
     assert "truncated (1000 bytes" in line, line

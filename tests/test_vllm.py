@@ -11,7 +11,6 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -129,9 +128,8 @@ def test_cli_ends_with_one_line_when_vllm_cannot_run(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and not out.exists()
     assert err.startswith("graft: error: rollout.engine: ") and "graft-rl[vllm]" in err
-    # checked in the driver before anything builds: an empty model cache, a fresh process, fast
+    # checked in the driver before anything builds: an empty model cache, a fresh process
     env = {**os.environ, "GRAFT_CACHE": str(tmp_path / "empty-cache")}
-    start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "graft.cli", *args, "--set", "rollout.engine=vllm"],
         capture_output=True,
@@ -139,9 +137,8 @@ def test_cli_ends_with_one_line_when_vllm_cannot_run(tmp_path, capsys):
         env=env,
         timeout=120,
     )
-    seconds = time.perf_counter() - start
     assert proc.returncode == 2 and proc.stderr.startswith("graft: error: rollout.engine: ")
-    assert seconds < 5 and not (tmp_path / "empty-cache").exists(), seconds
+    assert not (tmp_path / "empty-cache").exists()  # refused before any model was built
 
 
 # ----------------------------------------------------------------------------- through the stand-in

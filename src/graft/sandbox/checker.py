@@ -37,7 +37,7 @@ def load_codec() -> dict:
         source = f.read()
     compiled = globals().get("__compiled__", {}).get(("values.py", source))
     space: dict = {"__name__": "values"}
-    exec(compiled or compile(source, "values.py", "exec"), space)
+    exec(compiled or compile(source, "values.py", "exec", dont_inherit=True), space)
     return space
 
 
@@ -143,7 +143,7 @@ def namespace_for(spec: dict, link: Link) -> dict:
         namespace.setdefault(name, link.proxy(name))
     for part in ("prelude", "setup"):
         try:
-            exec(compile(spec.get(part, ""), part, "exec"), namespace)
+            exec(compile(spec.get(part, ""), part, "exec", dont_inherit=True), namespace)
         except BaseException as exc:
             raise CheckError(f"{part}: {type(exc).__name__} ({str(exc)[:80]})") from None
     if spec["entry"]:
@@ -157,7 +157,7 @@ def failed(i: int, failure: str, error: str) -> dict:
 
 def run_test(test: str, i: int, namespace: dict) -> dict:
     try:
-        exec(compile(test, f"test {i}", "exec"), namespace)
+        exec(compile(test, f"test {i}", "exec", dont_inherit=True), namespace)
         return {"i": i, "passed": True}
     except CandidateError as exc:
         return failed(i, "candidate", str(exc))

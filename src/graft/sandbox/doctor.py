@@ -10,12 +10,17 @@ import time
 from typing import Any
 
 from graft.sandbox.identity import identity
+from graft.sandbox.limits import DEFAULT_POOL_THREADS
 from graft.sandbox.run import DEFAULT_LIMITS, PROBE, Limits, isolation_problem, placement
 from graft.sandbox.run import run_sandboxed as _run
 from graft.sandbox.seccomp import compiled
 from graft.sandbox.warm import SETTLED_BYTES
 
 YES, WEAKER, NO = "enforced", "weaker", "not enforced"
+TASKS = (
+    f" (threads count: twice a default thread pool's {DEFAULT_POOL_THREADS} workers, "
+    "graft.sandbox.limits.DEFAULT_POOL_THREADS)"
+)
 
 
 def _tier_rows(tier: str, where: str, limits: Limits) -> list[tuple[str, str, str]]:
@@ -23,12 +28,12 @@ def _tier_rows(tier: str, where: str, limits: Limits) -> list[tuple[str, str, st
     if tier == "cgroup_v2":
         return [
             ("memory, all processes together", YES, f"{mib} MiB: memory.max of a group in {where}"),
-            ("processes", YES, f"{limits.processes}: pids.max of the same group"),
+            ("processes", YES, f"{limits.processes} tasks: pids.max of the same group{TASKS}"),
         ]
     if tier == "cgroup_v1":
         return [
             ("memory, all processes together", YES, f"{mib} MiB: memory.limit_in_bytes in {where}"),
-            ("processes", YES, f"{limits.processes}: pids.max in the pids hierarchy"),
+            ("processes", YES, f"{limits.processes} tasks: pids.max in the pids hierarchy{TASKS}"),
         ]
     return [
         ("memory, all processes together", WEAKER,
@@ -57,10 +62,20 @@ for line in open("/proc/self/mountinfo"):
     fields = line.split()
     if fields[4] == "/proc":
         seen["proc_mount"] = fields[5]
+import builtins, signal, sys
+seen["flags"] = {k: getattr(sys.flags, k) for k in ("isolated", "no_site", "dont_write_bytecode")}
+seen["site_names"] = [n for n in ("exit", "quit", "help", "copyright", "credits", "license")
+                      if hasattr(builtins, n)]
+def _handler(name):
+    h = signal.getsignal(getattr(signal, name))
+    return {signal.SIG_IGN: "ignored", signal.SIG_DFL: "default",
+            signal.default_int_handler: "KeyboardInterrupt"}.get(h, "a handler")
+seen["signals"] = {name: _handler(name) for name in ("SIGPIPE", "SIGXFSZ", "SIGINT")}
 print(json.dumps(seen))
 """
 """What a program sees of its own confinement (the doctor's second program): its seccomp mode,
-no_new_privs, capabilities, whether /proc/sys opens for writing, and its user namespace's map."""
+no_new_privs, capabilities, whether /proc/sys opens for writing, its user namespace's map; and
+of its interpreter: its flags, site's names in builtins and its signal dispositions."""
 
 
 def _defence_rows(seen: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -110,6 +125,29 @@ def _defence_rows(seen: dict[str, Any]) -> list[tuple[str, str, str]]:
     ]  # fmt: skip
 
 
+def _interpreter_rows(seen: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """How a Python program's interpreter is set up, read off what a real program saw."""
+    flags = seen.get("flags", {})
+    on = [f"-{flag}" for flag, key in (("I", "isolated"), ("S", "no_site"),
+                                       ("B", "dont_write_bytecode")) if flags.get(key)]  # fmt: skip
+    names = seen.get("site_names", [])
+    signals = seen.get("signals", {})
+    cpython = {"SIGPIPE": "ignored", "SIGXFSZ": "ignored", "SIGINT": "KeyboardInterrupt"}
+    return [
+        ("interpreter flags", YES if len(on) == 3 else WEAKER,
+         f"{' '.join(on) or 'none'}: isolated (no environment, no user site, the script's "
+         "directory off the path), no site (no site-packages or .pth files), no bytecode "
+         "(graft.sandbox.program); the program compiled with its own future flags only, as "
+         "the module __main__ (or solution)"),
+        ("site's names", YES if len(names) == 6 else WEAKER,
+         f"{', '.join(names) or 'none'} in builtins, made by site's own functions without the "
+         "rest of what site does (graft.sandbox.program.site_names)"),
+        ("signal dispositions", YES if signals == cpython else WEAKER,
+         ", ".join(f"{k} {v}" for k, v in signals.items()) + ": CPython's start-up "
+         "dispositions, whatever the sandbox's init had (graft.sandbox.program.python_signals)"),
+    ]  # fmt: skip
+
+
 def _memory_row(tier: str) -> tuple[str, str, str]:
     if tier == "namespaces":
         return ("memory returned", WEAKER, "no group to measure what a program leaves charged; "
@@ -141,7 +179,10 @@ def report(limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
         ("scratch space", YES, f"{limits.scratch_bytes >> 20} MiB, "
                                f"{limits.scratch_files} files: tmpfs"),
         ("output", YES, f"stdout {limits.stdout_bytes >> 10} KiB, "
-                        f"stderr {limits.stderr_bytes >> 10} KiB: counted by graft"),
+                        f"stderr {limits.stderr_bytes >> 10} KiB: counted by graft; a code "
+                        "problem's stdout is raised to twice its largest expected output and "
+                        "64 KiB (graft.verify.code.verifier.output_cap)"),
+        *_interpreter_rows(seen),
     ]  # fmt: skip
     start = time.perf_counter()
     probe = _run({"probe.py": PROBE}, ["python", "probe.py"], limits=limits)

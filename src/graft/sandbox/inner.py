@@ -2,7 +2,8 @@
 it from beside itself, inside the namespaces, where graft is not importable): mounts, the
 read-only root, per-program namespaces and identity, resource limits, capabilities, a fresh
 session keyring and the seccomp filter. Run as a script (`unsafe_local`), it only places the
-pipes, sets the limits and execs the candidate in the staged files' directory: NO isolation."""
+pipes, sets the limits and runs the candidate in the staged files' directory (a Python script
+in this interpreter, as `program.py` runs it; anything else through exec): NO isolation."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ keyrings start empty), mounts (its scratch), IPC (System V objects, POSIX messag
 (its host name) and network (loopback, abstract unix sockets, network sysctls)."""
 KEYCTL_JOIN_SESSION_KEYRING = 1
 DEVICES = ("null", "zero", "urandom", "random")
+STD_LINKS = (("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"), ("fd", "/proc/self/fd"))  # fmt: skip
+"""The links in /dev a standard system has to a process's own standard streams and fds."""
+SELF_PID = 0x5EC0FFEE
+"""Stands for the program's own pid in the seccomp filter (`seccomp.py`) until the program's
+process puts its pid there (`install_seccomp`)."""
 SCRATCH = ("/work", "/tmp", "/dev/shm")
 HOSTNAME = b"sandbox"
 
@@ -95,6 +102,8 @@ def build_root(cfg: dict) -> None:
     for device in DEVICES:
         open(root + "/dev/" + device, "a").close()
         mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
+    for name, target in STD_LINKS:
+        os.symlink(target, root + "/dev/" + name)
     os.makedirs(root + "/proc", exist_ok=True)
     mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.makedirs(root + "/.old", exist_ok=True)
@@ -172,9 +181,12 @@ class _SockFprog(ctypes.Structure):
 
 
 def install_seccomp(bpf: bytes) -> None:
-    """Install a compiled filter (struct sock_filter entries) on this process; after
-    no_new_privs. Empty: none (the doctor names the defence as weaker)."""
+    """Install a compiled filter (struct sock_filter entries) on this process, with its own pid
+    in place of `SELF_PID`; after no_new_privs. Empty: none (the doctor names the defence as
+    weaker)."""
     if bpf:
+        own = os.getpid().to_bytes(4, sys.byteorder)
+        bpf = bpf.replace(SELF_PID.to_bytes(4, sys.byteorder), own)
         prog = _SockFprog(len(bpf) // 8, bpf)
         _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
 
@@ -196,9 +208,18 @@ def main() -> None:
         os.close(copy)
     os.chdir(cfg["files"])
     limit(cfg)
+    argv = cfg["argv"]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/work",
            "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
-    os.execve(cfg["argv"][0], cfg["argv"], env)
+    if argv[0] == "python":  # this interpreter (-I -S -B) runs it, as the warm sandbox does
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import program
+
+        sys.path.pop(0)
+        os.environ.clear()
+        os.environ.update(env)
+        os._exit(program.run_python(argv[1], argv[2:]))
+    os.execve(argv[0], argv, env)
 
 
 if __name__ == "__main__":

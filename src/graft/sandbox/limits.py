@@ -12,6 +12,10 @@ from functools import cache
 
 from graft.sandbox.cgroups import Placement, find_placement
 
+DEFAULT_POOL_THREADS = 32
+"""The most threads a default `concurrent.futures.ThreadPoolExecutor` starts: min(32, cores + 4),
+so 32 on any host of 28 cores or more."""
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -20,13 +24,17 @@ class Limits:
     wall_s: float = 5.0
     cpu_s: int = 5
     memory_bytes: int = 256 << 20
-    processes: int = 32
+    processes: int = 2 * DEFAULT_POOL_THREADS
+    """Tasks, processes and threads together (the pids cgroup counts both): room for a default
+    thread pool's 32 workers beside the program's own threads, twice over; a fork bomb stops
+    here."""
     open_files: int = 64
     file_bytes: int = 8 << 20
     scratch_bytes: int = 16 << 20
     scratch_files: int = 256
     stdout_bytes: int = 1 << 20
-    """Standard output, and each result channel, of one run."""
+    """Standard output, and each result channel, of one run (the code verifier raises it for a
+    problem whose expected output is larger: `graft.verify.code.verifier.output_cap`)."""
     stderr_bytes: int = 64 << 10
     stack_bytes: int = 8 << 20
     unsafe_local: bool = False

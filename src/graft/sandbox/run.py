@@ -194,7 +194,6 @@ class Sandbox:
         (stage / "files").mkdir()
         for name, data in files.items():
             (stage / "files" / name).write_bytes(data)
-        argv = [exe, "-I", "-S", "-B", *argv[1:]] if argv and argv[0] == "python" else argv
         cfg = {
             "files": str(stage / "files"),
             "argv": argv,

@@ -13,7 +13,8 @@ Refused:
 - System V IPC and POSIX message queues (shared memory, semaphores, message queues);
 - the mount family, and new namespaces (unshare, setns, clone with a CLONE_NEW* flag);
 - reaching other processes: ptrace, process_vm_readv/writev, pidfd_getfd, kcmp, and prlimit64
-  on any process but itself;
+  on any process but itself (pid 0, or its own pid: a few instructions ahead of libseccomp's
+  filter hold `inner.SELF_PID`, which each program replaces with its pid as it installs it);
 - the kernel's own state: bpf, perf_event_open, userfaultfd, io_uring, module and kexec
   loading, reboot, swap, accounting, quotas, clocks, the host and domain name, the kernel log,
   file handles (open_by_handle_at), fanotify, NUMA policy and page migration, personality.
@@ -25,9 +26,13 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import struct
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from functools import cache
+
+from graft.sandbox.inner import SELF_PID
 
 REFUSED = (
     # keyrings
@@ -61,6 +66,9 @@ CLONE_FLAGS_FIRST = {"x86_64", "aarch64", "riscv64", "ppc64le", "loongarch64"}
 
 _ALLOW = 0x7FFF0000
 _CMP_NE, _CMP_MASKED_EQ = 1, 7
+_LD_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+"""The kernel's names (AUDIT_ARCH_*) of the architectures whose own-pid rule is written here."""
 _ATTR_NNP = 3  # libseccomp sets no_new_privs when it loads a filter; the zygote does it itself
 
 
@@ -142,7 +150,6 @@ def _compile(lib: ctypes.CDLL) -> Filter:
         prlimit = lib.seccomp_syscall_resolve_name(b"prlimit64")
         if prlimit >= 0:
             _rule(lib, ctx, eperm, prlimit, _ArgCmp(0, _CMP_NE, 0, 0))
-            arguments.append("prlimit64 on another process")
         with tempfile.TemporaryFile() as out:
             result = lib.seccomp_export_bpf(ctx, out.fileno())
             if result < 0:
@@ -151,7 +158,39 @@ def _compile(lib: ctypes.CDLL) -> Filter:
             bpf = out.read()
     finally:
         lib.seccomp_release(ctx)
+    own = own_pid_prefix(prlimit)
+    if own and SELF_PID.to_bytes(4, sys.byteorder) not in bpf:
+        bpf = own + bpf
+        arguments.append("prlimit64 on another process than itself")
+    elif prlimit >= 0:
+        arguments.append("prlimit64 on another process (on itself too, by its pid)")
     return Filter(bpf, tuple(refused), tuple(arguments))
+
+
+def _instruction(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def own_pid_prefix(prlimit: int) -> bytes:
+    """Instructions run before libseccomp's filter: prlimit64 on the caller's own pid (`SELF_PID`,
+    which each program replaces with its pid as it installs the filter) is allowed, as with pid
+    0; every other call goes on to the filter. Empty where the architecture is not known here."""
+    arch = AUDIT_ARCH.get(os.uname().machine)
+    if arch is None or prlimit < 0:
+        return b""
+    low = 16 if sys.byteorder == "little" else 20  # seccomp_data.args[0]'s low 32 bits (pid_t)
+    go_on = 7  # the first instruction of libseccomp's filter
+    return b"".join(
+        (
+            _instruction(_LD_ABS, 4),  # the architecture
+            _instruction(_JEQ_K, arch, 0, go_on - 2),
+            _instruction(_LD_ABS, 0),  # the system call
+            _instruction(_JEQ_K, prlimit, 0, go_on - 4),
+            _instruction(_LD_ABS, low),  # its first argument, the pid
+            _instruction(_JEQ_K, SELF_PID, 0, go_on - 6),
+            _instruction(_RET_K, _ALLOW),
+        )
+    )
 
 
 NUMBERS = {

@@ -8,6 +8,7 @@ import builtins
 import json
 import os
 import sys
+import types
 from collections.abc import Iterator
 
 VALUE_BYTES, NAMES_BYTES, ITEMS = 8 << 10, 32 << 10, 4096
@@ -21,7 +22,7 @@ def load_codec() -> dict:
         source = f.read()
     compiled = globals().get("__compiled__", {}).get(("values.py", source))
     space: dict = {"__name__": "values"}
-    exec(compiled or compile(source, "values.py", "exec"), space)
+    exec(compiled or compile(source, "values.py", "exec", dont_inherit=True), space)
     return space
 
 
@@ -99,13 +100,23 @@ def answer(namespace: dict, codec: dict, line: str) -> str:
         return json.dumps({"error": f"unencodable: {type(exc).__name__}"})
 
 
+def load_solution() -> dict:
+    """/work/solution.py as the module `solution` (in sys.modules, as an import would leave it:
+    dataclasses and pickle look a class's module up there), compiled with its own future flags
+    only; its namespace."""
+    module = types.ModuleType("solution")
+    module.__file__ = os.path.abspath("solution.py")
+    sys.modules["solution"] = module
+    with open("solution.py", "rb") as f:
+        exec(compile(f.read(), "solution.py", "exec", dont_inherit=True), module.__dict__)
+    return module.__dict__
+
+
 def main() -> None:
     replies, requests = os.fdopen(3, "w"), os.fdopen(4)
     codec = load_codec()
-    namespace = {"__name__": "solution"}
     try:
-        with open("solution.py") as f:
-            exec(compile(f.read(), "solution.py", "exec"), namespace)
+        namespace = load_solution()
     except BaseException as exc:
         replies.write(json.dumps({"error": "load:" + type(exc).__name__}) + "\n")
         replies.flush()

@@ -18,8 +18,9 @@ its socket. For each, a forked child that
   /proc read-only, and joins a new session keyring;
 - sets its resource limits from graft's request, drops every capability, sets no_new_privs and
   installs the seccomp filter (`seccomp.py`), and runs the program: a Python script in this
-  already warm interpreter (a fresh `__main__`, fresh standard streams, a fresh random seed),
-  anything else through exec.
+  already warm interpreter, as the standard interpreter would run it (`program.py`: its own
+  future flags, a fresh `__main__`, site's names, CPython's signal dispositions, fresh standard
+  streams and random seed), anything else through exec.
 A setup step that fails is reported as the sandbox's failure, never as the program's. When the
 child ends (or the host says `kill`), every other process of the namespace is killed (`kill(-1)`
 from init reaches them all, daemonized or not), all are reaped, and the host is told how the
@@ -41,12 +42,14 @@ import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inner  # beside this file; -I keeps it off sys.path
+import program
 
 sys.path.pop(0)
 
@@ -56,7 +59,7 @@ WARM = (
     "json", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
     "typing", "fractions", "decimal", "random", "statistics", "operator", "copy", "datetime",
     "hashlib", "io", "traceback", "dataclasses", "enum", "array", "cmath", "textwrap",
-    "unicodedata", "threading", "atexit", "types",
+    "unicodedata", "threading", "atexit", "types", "site",
 )  # fmt: skip
 SCRIPTS = ("server.py", "checker.py", "values.py")
 """graft's own scripts, which the programs it runs start with: compiled once, here."""
@@ -89,59 +92,6 @@ def send(sock: socket.socket, message: dict) -> None:
     sock.sendall(HEADER.pack(len(body)) + body)
 
 
-def _std_streams() -> None:
-    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-
-
-def _run_python(path: str, argv: list[str]) -> int:
-    """Run the script as `python -I -S -B path argv...` would; its exit status. graft's own
-    scripts find the code compiled here in their `__compiled__` ((name, source) -> code)."""
-    import atexit
-    import random
-    import threading
-    import traceback
-    import types
-
-    _std_streams()
-    random.seed()
-    sys.argv = [path, *argv]
-    main = types.ModuleType("__main__")
-    main.__file__ = path
-    main.__builtins__ = __builtins__
-    sys.modules["__main__"] = main
-    code = 0
-    try:
-        with open(path, "rb") as f:
-            source = f.read()
-        compiled = COMPILED.get((path, source))
-        if compiled is not None:
-            main.__compiled__ = COMPILED
-        exec(compiled or compile(source, path, "exec"), main.__dict__)
-    except SystemExit as exc:
-        if exc.code is None:
-            code = 0
-        elif isinstance(exc.code, int):
-            code = exc.code & 0xFF
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
-    except BaseException as exc:
-        traceback.print_exception(exc)
-        code = 1
-    for finish in (threading._shutdown, atexit._run_exitfuncs):  # as the interpreter's exit
-        with contextlib.suppress(BaseException):
-            finish()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            code = code or 120
-    return code
-
-
 def _place_fds(request: dict, fds: list[int]) -> None:
     """The received pipes at the fd numbers the program expects (through copies above every
     target, so that no dup2 overwrites a pipe not yet placed)."""
@@ -159,6 +109,10 @@ def _setup(request: dict, fds: list[int], cfg: dict, failed: int) -> None:
     program of its own (module docstring). Of this init's fds, only `failed` stays open."""
     os.setsid()
     _place_fds(request, fds)
+    for fd in (0, 1, 2):  # its standard streams, reopened by path (/dev/stdin) as its own:
+        with contextlib.suppress(OSError):  # pipes, reachable through this program's fds only
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.fchmod(fd, 0o666)
     for group_fd in cfg["group_fds"]:
         os.write(group_fd, b"0")
     top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -181,6 +135,7 @@ def _setup(request: dict, fds: list[int], cfg: dict, failed: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     inner.drop_capabilities()
     inner.install_seccomp(cfg["seccomp"])
+    # A program exec'd starts from the defaults; a Python script gets CPython's (`program.py`).
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
 
@@ -198,7 +153,7 @@ def child(request: dict, fds: list[int], cfg: dict, failed: int) -> None:
     try:
         argv = request["argv"]
         if argv[0] == "python":
-            os._exit(_run_python(argv[1], argv[2:]))
+            os._exit(program.run_python(argv[1], argv[2:], COMPILED))
         os.execve(argv[0], argv, os.environ)
     except BaseException:
         os._exit(127)
@@ -380,7 +335,7 @@ def main() -> None:
     for name in SCRIPTS:
         with open(os.path.join(HERE, name), "rb") as f:
             source = f.read()
-        COMPILED[name, source] = compile(source, name, "exec")
+        COMPILED[name, source] = compile(source, name, "exec", dont_inherit=True)
     _leave_the_host(sock, cfg)
     inner.build_root(cfg)
     inner.libc.prctl(inner.PR_SET_DUMPABLE, 0, 0, 0, 0)

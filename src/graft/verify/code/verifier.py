@@ -23,8 +23,9 @@ A problem's gold is its tests as JSON (`CodeTests.to_gold`), in one of these for
 Every form may carry a `prelude`: trusted problem text (HumanEval's prompt: its imports and
 helper functions) that the candidate's program starts with, as HumanEval's own harness runs
 `prompt + completion`, and that the checks run too (so `poly` or `encode_cyclic` of the prompt
-are the prompt's own, whatever the response redefines). `stdout_bytes` (0: the sandbox's
-default) caps what one run may print and send on its result channels.
+are the prompt's own, whatever the response redefines). `stdout_bytes` caps what one run may
+print and send on its result channels (0: the sandbox's default, raised where a test's expected
+output needs more: `output_cap`).
 
 The program is chosen among the response's fenced Python blocks (`graft.verify.code.blocks`): the
 last that defines the entry function (usage examples, `>>>` transcripts and ```bash/```text/
@@ -340,13 +341,34 @@ RUNNERS: dict[str, Callable[[str, CodeTests, Sequence[Case], Limits], Runs]] = {
 came back to a reason, the same for every form."""
 
 
+OUTPUT_MARGIN = 64 << 10
+"""What a run may print beyond twice the largest expected output (`output_cap`)."""
+
+
+def output_cap(tests: CodeTests, default: int) -> int:
+    """The cap on one run's standard output and result channels: the problem's `stdout_bytes`
+    when it sets one; else the sandbox's default, raised where the largest expected output (a
+    stdio case's standard output, a call's value as JSON on the reply pipe) needs more: twice it
+    and `OUTPUT_MARGIN`, at most the largest cap a problem may set. An endless printer stops
+    there all the same."""
+    if tests.stdout_bytes:
+        return tests.stdout_bytes
+    if tests.form == "stdio":
+        sizes = [len(out.encode()) for out in tests.stdout]
+    elif tests.form == "call":
+        sizes = [len(json.dumps(value)) for value in tests.expected]
+    else:  # assert statements hold their expected values in the checker's sandbox
+        sizes = []
+    return min(max(default, 2 * max(sizes, default=0) + OUTPUT_MARGIN), STDOUT_BYTES[1])
+
+
 def run_tests(
     program: str, tests: CodeTests, limits: Limits = LIMITS, *, unsafe: bool = False
 ) -> Judgement:
     """Run `program` (whole, prelude included) against `tests` and judge it. `unsafe`: without
     isolation (`unsafe_local`)."""
-    extra = {"stdout_bytes": tests.stdout_bytes} if tests.stdout_bytes else {}
-    limits = dataclasses.replace(limits, unsafe_local=unsafe, **extra)
+    cap = output_cap(tests, limits.stdout_bytes)
+    limits = dataclasses.replace(limits, unsafe_local=unsafe, stdout_bytes=cap)
     return judge(*RUNNERS[tests.form](program, tests, cases_of(tests), limits))
 
 
