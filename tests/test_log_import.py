@@ -132,7 +132,10 @@ def _write(path: Path, rows: list) -> Path:
     [
         ([{"prompt": "", "response": "1"}], "row 1: no prompt"),
         ([{"prompt": "12+30=", "response": "42"}, {"response": "3"}], "row 2: no prompt"),
-        ([{"prompt": "12+30=", "response": "4", "reward": "yes"}], "reward 'yes' is not a number"),
+        (
+            [{"prompt": "12+30=", "response": "4", "reward": "yes"}],
+            "reward column 'reward' holds 'yes', not a number",
+        ),
         ([{"prompt": "not in the task", "response": "4"}], "does not hold, and no gold"),
         (["{not json", {"prompt": "12+30=", "response": "4"}], "row 1: not JSON"),
     ],
@@ -189,106 +192,62 @@ def test_a_parquet_log_without_a_response_column_is_refused(tmp_path, capsys):
     assert "is a file, not a directory" in capsys.readouterr().err
 
 
-TRL_TASK = "task.arithmetic.num_train=8"
+LONG = "1" * 20
+"""A response of 20 tokens and EOS: past the config's 8, too long for its source to score."""
 
 
-@pytest.fixture(scope="module")
-def trl_log(tmp_path_factory):
-    """TRL's own GRPOTrainer, log_completions on, trained two steps on the tiny llama over the
-    task's 8 training prompts (4 a step, 4 completions each): its completions/*.parquet, as TRL
-    wrote them."""
-    pytest.importorskip("trl")
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-
-    from graft.config import Config, ModelConfig, load_config
-    from graft.models.load import load_model_and_tokenizer
-    from graft.tasks import build_task
-    from graft.verify.math.grader import final_number
-
-    root = tmp_path_factory.mktemp("trl")
-    model_dir = root / "llama_hf"
-    model, tokenizer = load_model_and_tokenizer(
-        ModelConfig(name="llama", path="tiny:llama-char-add")
-    )
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    problems = build_task(load_config(Config, CONFIG, [TRL_TASK]).task).train_problems()
-    dataset = Dataset.from_list([{"prompt": p.prompt, "answer": p.gold} for p in problems])
-
-    def reward(completions: list[str], answer: list[str], **_: object) -> list[float]:
-        found = [final_number(c) for c in completions]
-        return [float(f is not None and int(f) == int(a)) for f, a in zip(found, answer)]
-
-    args = GRPOConfig(
-        output_dir=str(root / "trl_out"), per_device_train_batch_size=16, num_generations=4,
-        max_completion_length=8, max_steps=2, logging_steps=1, log_completions=True,
-        use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
-        learning_rate=2e-5, shuffle_dataset=False,
-        dataloader_num_workers=0, bf16=False, fp16=False,
-    )  # fmt: skip
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
-        reward_funcs=reward, args=args, train_dataset=dataset,
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-    )  # fmt: skip
-    trainer.train()
-    completions = root / "trl_out" / "completions"
-    assert sorted(p.name for p in completions.iterdir()) == [
-        "completions_00001.parquet", "completions_00002.parquet"
-    ]  # fmt: skip
-    return completions, model_dir
-
-
-def test_a_trl_run_s_completions_train_a_graft_receiver(trl_log, tmp_path):
-    """TRL's completions parquet (step, prompt, completion, a column per reward function,
-    advantage), imported with the model that wrote it, then trained against by the tiny qwen:
-    per step, the groups the gate found and the responses the weight admitted equal a count by
-    hand, the imported groups' advantages equal a hand computation (and TRL's own, where the
-    verdicts agree), and their tokens reach the update."""
-    import pyarrow.parquet as pq
-
-    completions, model_dir = trl_log
-    imported = tmp_path / "imported"
-    assert _import(completions, imported, "--model", str(model_dir), "--name", "llama",
-                   "--set", TRL_TASK) == 0  # fmt: skip
-    store = TrajectoryStore(str(imported))
-    (meta,) = store.runs().values()
-    assert meta["import"]["format"] == "trl" and len(meta["import"]["files"]) == 2
-    rows = store.scan().to_pylist()
-    logged = [r for f in sorted(completions.iterdir()) for r in pq.read_table(f).to_pylist()]
-    assert len(rows) == len(logged) == 2 * 16 and {r["step"] for r in rows} == {1, 2}
-    assert all(r["token_ids"] and len(r["token_ids"]) == len(r["logprobs"]) for r in rows)
-    trl_adv = {(r["step"], r["prompt"], r["completion"]): r["advantage"] for r in logged}
-    agreed = 0
+def _with_long(rows: list[dict], *, only: str = "") -> list[dict]:
+    """The rows as a plain log, with one more response in each group that is too long to score
+    (every response of a group too long where its prompt is not `only`, when `only` is given)."""
+    out, groups = [], {}
     for r in rows:
-        group = [g for g in rows if (g["step"], g["prompt_id"]) == (r["step"], r["prompt_id"])]
-        rewards = [g["reward"] for g in group]
-        mean, std = statistics.mean(rewards), statistics.stdev(rewards)
-        assert r["advantage"] == pytest.approx((r["reward"] - mean) / (std + 1e-6))
-        if all(g["reward"] == g["log_reward"] for g in group):  # TRL's eps is 1e-4
-            want = trl_adv[r["step"], r["prompt"], r["response"]]
-            assert r["advantage"] == pytest.approx(want, abs=1e-3)
-            agreed += 1
-    assert agreed > 0
+        text = r["response"] if not only or r["prompt"] == only else LONG
+        out.append({"prompt": r["prompt"], "response": text, "step": r["step"]})
+        groups.setdefault((r["step"], r["prompt"]), r)
+    if not only:
+        out += [{"prompt": p, "response": LONG, "step": step} for step, p in groups]
+    return out
+
+
+def test_rows_that_cannot_be_scored_are_left_out_of_the_exchange_and_counted(
+    plain_log, tmp_path, capsys
+):
+    """One response of every group too long for the source model to score: the import keeps it
+    (no token ids, no log-probs) and says so; a receiver trained against it with the paper's
+    weight leaves it out of every group it is offered (`stored/unscored_rows`) and takes the
+    other four. Only a group none of whose rows was scored refuses the paper's weight, in one
+    line naming its prompt."""
+    source, _ = plain_log
+    rows = TrajectoryStore(str(source)).scan().to_pylist()
+    imported = tmp_path / "imported"
+    scored = ["--model", "tiny:llama-char-add", "--name", "llama"]
+    assert _import(_write(tmp_path / "log.jsonl", _with_long(rows)), imported, *scored) == 0
+    groups = len({(r["step"], r["prompt"]) for r in rows})
+    assert f"{groups} too long to score (left out of exchanges)" in capsys.readouterr().out
+    stored = TrajectoryStore(str(imported)).scan().to_pylist()
+    assert sum(not r["logprobs"] for r in stored) == groups
     out = tmp_path / "qwen"
-    stored = ["exchange.source=stored", f"exchange.stored.path={imported}", "exchange.delta=0.0"]
-    _train(out, QWEN, "run.steps=3", TRL_TASK, *stored)
-    peer = {r["prompt_id"]: r["group_successes"] for r in rows}  # `latest`: each prompt once
-    own = TrajectoryStore(str(out / "trajectories")).scan(models=["qwen"]).to_pylist()
+    peer = ["exchange.source=stored", f"exchange.stored.path={imported}", "exchange.delta=0.0"]
+    _train(out, QWEN, "run.steps=3", *peer)
     key = "x/stored:llama->qwen"
     records = read_metrics(out)
-    for record in records:
-        mine = [r for r in own if r["step"] == record["step"] - 1 and r["round"] == 0]
-        groups = {r["prompt_id"]: r["group_successes"] for r in mine}
-        found = sum(k == 0 and 0 < peer[pid] < 4 for pid, k in groups.items())
-        assert record["stored/prompts_found"] == 8
-        assert record[f"{key}/candidates"] == record[f"{key}/selected"] == found
-        assert record[f"{key}/admitted"] == 4 * found
-        assert (record["loss/peer_token_frac"] > 0) == (found > 0)
-    assert sum(r[f"{key}/admitted"] for r in records) > 0
+    for record in records:  # each group found had one unscored response, never sent
+        assert record["stored/unscored_rows"] == record["stored/prompts_found"] > 0
+        assert record[f"{key}/responses_sent"] == 4 * record[f"{key}/selected"]
+    assert sum(r[f"{key}/selected"] for r in records) > 0
+    none_scored = tmp_path / "none_scored"
+    kept = rows[0]["prompt"]  # every other prompt's group: too long, all of it
+    log = _write(tmp_path / "none.jsonl", _with_long(rows, only=kept))
+    assert _import(log, none_scored, *scored) == 0
+    capsys.readouterr()
+    peer = ["exchange.source=stored", f"exchange.stored.path={none_scored}"]
+    args = ["train", str(CONFIG), "--out", str(tmp_path / "refused")]
+    for assignment in [*TINY_RUN, QWEN, "run.steps=1", *peer]:
+        args += ["--set", assignment]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graft: error: exchange.ablation.weight=paper: no record of prompt ")
+    assert "has generation log-probs" in err and "\n" not in err
 
 
 VERL_COMMIT = "b178a3cd56f58b2d502255daba591e92833930a7"
@@ -331,3 +290,20 @@ def test_a_verl_rollout_log_is_read_with_its_templated_prompts(plain_log, tmp_pa
     _train(tmp_path / "qwen", QWEN, "run.steps=2", *stored)
     records = read_metrics(tmp_path / "qwen")
     assert all(r["stored/prompts_missing"] == 0 for r in records)
+    # Scored with its model, each response after the input as verl logged it (the template's
+    # text, its special tokens skipped by verl): not the task prompt in graft's template.
+    scored = tmp_path / "scored"
+    assert _import(dump, scored, "--model", "tiny:llama-char-add", "--name", "llama") == 0
+    import torch
+
+    from graft.config import ModelConfig
+    from graft.models.load import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(ModelConfig(name="l", path="tiny:llama-char-add"))
+    row = TrajectoryStore(str(scored)).scan().to_pylist()[0]
+    context = tok.encode(TEMPLATE.format(prompt=row["prompt"]), add_special_tokens=False)
+    with torch.no_grad():
+        logits = model(torch.tensor([context + row["token_ids"]])).logits[0].float()
+    logp = torch.log_softmax(logits, -1)
+    want = [float(logp[len(context) - 1 + i, t]) for i, t in enumerate(row["token_ids"])]
+    assert row["logprobs"] == pytest.approx(want, abs=1e-5)

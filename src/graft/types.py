@@ -224,6 +224,10 @@ class PeerResponse:
     """The source stopped on EOS (the receiver then appends its own EOS)."""
     source: str = ""
     """The source policy's name (a receiver imports from all its sources in one call)."""
+    prompt_ids: tuple[int, ...] | None = None
+    """The exact context to score the text after, in the scoring policy's tokens (an import
+    scoring a log with its source model: the prompt as the source tokenized it); None: the task
+    prompt in the policy's own template."""
 
 
 @dataclass(frozen=True)

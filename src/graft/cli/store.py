@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from graft.cli.common import add_set_argument
 
@@ -41,9 +42,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "with the config's task verifier (the log's own reward kept beside as log_reward), "
         "written as a new store that exchange.stored.path takes. A prompt is looked up in the "
         "task's problems; one the task does not hold needs a gold of its own. With --model "
-        "(the log's source model), each response is tokenized and scored by it so the paper's "
-        "weight applies; without, the stored peer needs exchange.ablation.weight="
-        "receiver_relative or none. A bad row is named by file and row; the import refuses "
+        "(the log's source model), each response is tokenized and scored by it after the "
+        "context it was sampled from (a TRL conversation through the model's chat template, or "
+        "--chat-template; verl's templated input and TRL's plain prompt as logged; a plain log's "
+        "prompt in the config's template), so the paper's weight applies; without, the stored "
+        "peer needs exchange.ablation.weight=receiver_relative or none. Reward columns are "
+        "chosen, not guessed: a plain log's reward, verl's score, TRL's reward functions "
+        "(--reward-columns, or the run's trainer_state.json); every other column is kept beside "
+        "(log_columns), never summed. A bad row is named by file and row; the import refuses "
         "while there are any, unless --skip-bad-rows.",
     )
     imp.add_argument(
@@ -59,6 +65,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "config's first model's other settings: token ids and log-probs for every response",
     )
     imp.add_argument("--name", default="imported", help="the source's model name in the store")
+    imp.add_argument(
+        "--reward-columns",
+        default="",
+        metavar="NAME[,NAME]",
+        help="TRL: the columns that are rewards (its reward functions' names); default: as the "
+        "run's trainer_state.json names them",
+    )
+    imp.add_argument(
+        "--max-completion-length",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the source's completion limit in tokens: a response of N tokens was cut (length, "
+        "no EOS); default: what the log shows (TRL: its clipped completions' length)",
+    )
+    imp.add_argument(
+        "--chat-template",
+        default="",
+        metavar="FILE",
+        help="the Jinja chat template the source rendered conversations with, where its model "
+        "does not carry it",
+    )
     imp.add_argument("--skip-bad-rows", action="store_true", help="import the rest, counted")
     imp.add_argument("--workers", type=int, default=2, help="verifier processes (default 2)")
     add_set_argument(imp)
@@ -172,24 +200,86 @@ def _import(args: argparse.Namespace) -> int:
         model = dataclasses.replace(cfg.models[0], name=args.name, path=args.model, tokenizer="")
         spec = PolicySpec(model=model, rollout=cfg.rollout, algo=cfg.algo, seed=cfg.run.seed,
                           threads=cfg.run.threads)  # fmt: skip
+    settings = ImportSettings(
+        name=args.name,
+        skip_bad_rows=args.skip_bad_rows,
+        read=_read_settings(args),
+        chat_template=_chat_template(args.chat_template),
+    )
     if out.is_dir():
         out.rmdir()  # empty: the store takes its place whole
-    settings = ImportSettings(name=args.name, skip_bad_rows=args.skip_bad_rows)
     with VerifierPool(workers=args.workers) as pool:
         done = import_logs(args.logs, cfg, out, settings, pool=pool, spec=spec)
-    skipped = f", {done['bad_rows']} bad rows left out" if done["bad_rows"] else ""
-    scored = (
-        f"; {done['scored']} scored by {args.model}"
-        if spec
-        else "; no token ids or log-probs "
-        "(train with exchange.ablation.weight=receiver_relative or none)"
-    )
-    print(
-        f"imported {done['rows']} rows ({done['groups']} groups over {done['steps']} steps"
-        f"{skipped}) into {out} as model {done['model']}: {done['correct']} verified correct, "
-        f"{done['reward_changed']} with another reward than the log's{scored}"
-    )
+    print(import_summary(done, out, args.model if spec else ""))
     return 0
+
+
+def _read_settings(args: argparse.Namespace) -> Any:
+    from graft.errors import ConfigError
+    from graft.eval.log_import import ReadSettings
+
+    names = tuple(n.strip() for n in args.reward_columns.split(",") if n.strip())
+    if args.reward_columns and len(names) != len(args.reward_columns.split(",")):
+        raise ConfigError(f"--reward-columns {args.reward_columns!r}: an empty column name")
+    if args.max_completion_length < 0:
+        raise ConfigError(
+            f"--max-completion-length: a number of tokens, got {args.max_completion_length}"
+        )
+    return ReadSettings(names, args.max_completion_length)
+
+
+def _chat_template(path: str) -> str:
+    """The text of --chat-template FILE ("" without one)."""
+    from graft.errors import DataError
+
+    if not path:
+        return ""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"--chat-template {path}: no such file")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"--chat-template {path}: not UTF-8 text (a Jinja template)") from None
+    if not text.strip():
+        raise DataError(f"--chat-template {path}: empty")
+    return text
+
+
+def import_summary(done: dict[str, Any], out: Path, model: str) -> str:
+    """What an import says when it is done: the rows, and per reward column its agreement with
+    graft's verdicts (a shaping term is not compared), what else the log kept, what was cut and
+    what could not be scored."""
+    skipped = f", {done['bad_rows']} bad rows left out" if done["bad_rows"] else ""
+    said = []
+    for name, seen in done["rewards"].items():
+        if seen.get("shaping"):
+            said.append(f"{name}: a shaping term, not compared")
+        else:
+            said.append(f"{name} {seen['agree']}/{seen['rows']} agree")
+    rewards = "; ".join(said) if said else "no reward in the log: nothing to compare"
+    extras = f"; kept beside (log_columns): {', '.join(done['extras'])}" if done["extras"] else ""
+    if model:
+        scored = f"; {done['scored']} scored by {model}"
+        if done["too_long_to_score"]:
+            scored += f", {done['too_long_to_score']} too long to score (left out of exchanges)"
+    else:
+        scored = (
+            "; no token ids or log-probs (train with exchange.ablation.weight=receiver_relative "
+            "or none)"
+        )
+    unread = done["finish_unread"]
+    finish = f"{done['length_rows']} cut at the length limit" + (
+        f", {unread} whose finish the log does not say taken as stopped "
+        "(--max-completion-length, with --model, reads it)"
+        if unread
+        else ""
+    )
+    return (
+        f"imported {done['rows']} rows ({done['groups']} groups over {done['steps']} steps"
+        f"{skipped}) into {out} as model {done['model']}: {done['correct']} verified correct; "
+        f"the log's rewards against graft's verdicts: {rewards}{extras}; {finish}{scored}"
+    )
 
 
 def _export_dataset(args: argparse.Namespace) -> int:

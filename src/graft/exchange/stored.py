@@ -12,6 +12,7 @@ count in `stored/damaged_shards`.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -58,7 +59,7 @@ class StoredPeer:
         self.name = f"stored:{self.model}"
         if (
             cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS
-            and not info["models"][self.model]["has_logprobs"]
+            and not info["models"][self.model]["rows_with_logprobs"]
         ):
             raise ConfigError(
                 f"exchange.ablation.weight={cfg.ablation.weight}: the compatibility weight needs "
@@ -116,9 +117,11 @@ class StoredPeer:
         ]
         verdicts_flat = pool.verify(items) if items else []
         rollouts, verdicts, pos, changed = [], [], 0, 0
+        with_logprobs = {}
         for p in found:
             rows = records[p.id]
             self._check_logprobs(rows)
+            with_logprobs[p.id] = [_scored(r) for r in rows]
             vs = verdicts_flat[pos : pos + len(rows)]
             pos += len(rows)
             changed += sum(v.reward != row["reward"] for v, row in zip(vs, rows))
@@ -131,6 +134,11 @@ class StoredPeer:
             if found
             else {}
         )
+        unscored = 0
+        if self.cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS:  # the weight needs each row's own
+            for pid, group in regrouped.items():
+                regrouped[pid], dropped = scored_only(group, with_logprobs[pid])
+                unscored += dropped
         groups = [regrouped.get(p.id) or _empty_group(p, self.name) for p in problems]
         metrics = {
             "stored/prompts_found": float(len(found)),
@@ -141,16 +149,17 @@ class StoredPeer:
                 sum(v.reward for v in verdicts_flat) / len(verdicts_flat) if verdicts_flat else 0.0
             ),
             "stored/damaged_shards": float(len(self.damaged)),
+            "stored/unscored_rows": float(unscored),
         }
         return groups, metrics
 
     def _check_logprobs(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        if self.cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS and any(
-            len(r["logprobs"]) != len(r["token_ids"]) or not r["logprobs"] for r in rows
-        ):
+        """The paper's weight needs the source's log-probs: refused when no row of a prompt's
+        group has them (rows without are left out of the exchange: `scored_only`)."""
+        if self.cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS and not any(map(_scored, rows)):
             raise ConfigError(
-                f"exchange.ablation.weight={self.cfg.ablation.weight}: a record of prompt "
-                f"{rows[0]['prompt_id']} in {self.cfg.stored.path} has no generation log-probs; "
+                f"exchange.ablation.weight={self.cfg.ablation.weight}: no record of prompt "
+                f"{rows[0]['prompt_id']} in {self.cfg.stored.path} has generation log-probs; "
                 f"use a receiver-only weight"
             )
 
@@ -182,6 +191,29 @@ def shuffled(verdicts: Sequence[Verdict], *, step: int, prompt_id: str) -> list[
     out = list(verdicts)
     random.Random(derive_seed(0, "peer-rewards", step, prompt_id)).shuffle(out)
     return out
+
+
+def _scored(row: Mapping[str, Any]) -> bool:
+    """The row has the source's log-probs of its tokens (an import could not score it: none)."""
+    return bool(row["logprobs"]) and len(row["logprobs"]) == len(row["token_ids"])
+
+
+def scored_only(group: Group, scored: Sequence[bool]) -> tuple[Group, int]:
+    """`group` without its members that hold no log-probs (`scored[j]` False; the advantages
+    were computed over the whole group, as sampled, and stay as they are), and how many were
+    left out."""
+    keep = [j for j, ok in enumerate(scored) if ok]
+    if len(keep) == group.size:
+        return group, 0
+    rollout = dataclasses.replace(
+        group.rollout, completions_G=tuple(group.rollout.completions_G[j] for j in keep)
+    )
+    kept = Group(
+        rollout,
+        tuple(group.verdicts_G[j] for j in keep),
+        tuple(group.advantages_G[j] for j in keep),
+    )
+    return kept, group.size - len(keep)
 
 
 def _completion(row: Mapping[str, Any]) -> Completion:

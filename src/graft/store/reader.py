@@ -486,6 +486,9 @@ class TrajectoryStore:
                 "has_logprobs": bool(
                     pc.all(pc.greater(pc.list_value_length(sub["logprobs"]), 0)).as_py()
                 ),
+                "rows_with_logprobs": int(
+                    pc.sum(pc.greater(pc.list_value_length(sub["logprobs"]), 0)).as_py() or 0
+                ),
             }
         return {
             "uri": self.uri,

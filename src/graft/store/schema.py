@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from graft.types import Group
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FORMAT_NAME = "graft-trajectory-store"
 
 
@@ -86,8 +86,18 @@ RECORD = (
         "log_reward",
         pa.float64(),
         "The reward the source log gave the response, beside graft's own verdict (`graft store "
-        "import`); empty for rows graft sampled itself.",
+        "import`: the sum of its reward columns); empty for rows graft sampled itself.",
         added_in=3,
+        default=None,
+    ),
+    Column(
+        "log_columns",
+        pa.string(),
+        "The source log's own values of the response, as a JSON object (`graft store import`): "
+        "each reward column, and every other column the log had beside the prompt, the response, "
+        "the step and the advantage (a TRL `log_extra` column, a verl extra), never summed; "
+        "empty for rows graft sampled itself.",
+        added_in=4,
         default=None,
     ),
 )
@@ -97,11 +107,14 @@ reference (scripts/gen_docs.py) generated from it."""
 ADDED_IN = {c.name: c.added_in for c in RECORD if c.added_in > 1}
 """Columns added after version 1, with the version that added them: a shard of an older version
 reads them as their default (`round`: 0, the step's own rollouts, the only ones it stored;
-`log_reward`: empty, graft's own rows)."""
+`log_reward` and `log_columns`: empty, graft's own rows)."""
 
 SCHEMA = pa.schema(
     [(c.name, c.type) for c in RECORD],
-    metadata={b"graft.format": FORMAT_NAME.encode(), b"graft.schema_version": b"3"},
+    metadata={
+        b"graft.format": FORMAT_NAME.encode(),
+        b"graft.schema_version": str(SCHEMA_VERSION).encode(),
+    },
 )
 COLUMNS = tuple(SCHEMA.names)
 INDEX_COLUMNS = ("model", "run_id", "step", "prompt_id")
@@ -131,10 +144,12 @@ def group_rows(
     replaced: Sequence[bool] = (),
     rounds: Sequence[int] = (),
     log_rewards: Sequence[Sequence[float | None]] = (),
+    log_columns: Sequence[Sequence[str | None]] = (),
 ) -> dict[str, list[Any]]:
     """Columns (name -> values) for every response of a policy's groups at one step; `rounds`:
-    each group's sampling round (default 0, the step's own); `log_rewards`: each response's
-    reward in the log it was imported from (default none)."""
+    each group's sampling round (default 0, the step's own); `log_rewards` and `log_columns`:
+    each response's reward and own values (JSON) in the log it was imported from (default
+    none)."""
     cols: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     for gi, group in enumerate(groups):
         rewards = group.rewards_G
@@ -178,6 +193,7 @@ def group_rows(
                 "max_new_tokens": prov.max_new_tokens,
                 "round": rounds[gi] if rounds else 0,
                 "log_reward": log_rewards[gi][j] if log_rewards else None,
+                "log_columns": log_columns[gi][j] if log_columns else None,
             }
             for name, value in row.items():
                 cols[name].append(value)

@@ -259,7 +259,8 @@ class Policy:
         eos = int(self.tokenizer.eos_token_id)
         out: list[Imported] = []
         for req in requests:
-            prompt_ids = self.prompt_ids(req.task_prompt)
+            given = req.prompt_ids  # the source's own context (an import), else the task prompt
+            prompt_ids = given if given is not None else self.prompt_ids(req.task_prompt)
             ids = list(self.tokenizer.encode(req.text, add_special_tokens=False))
             roundtrip = self.decode(ids) == req.text
             if req.stopped:
