@@ -127,6 +127,21 @@ def _write(path: Path, rows: list) -> Path:
     return path
 
 
+def test_a_log_without_rewards_says_so_and_one_with_them_compares_each(plain_log, tmp_path, capsys):
+    """A log with no reward column is not 'in full agreement': its summary says there was
+    nothing to compare. With its 0/1 rewards (one flipped), the agreement is counted."""
+    source, log = plain_log
+    rows = TrajectoryStore(str(source)).scan().to_pylist()
+    bare = _write(tmp_path / "bare.jsonl", [{"prompt": r["prompt"], "response": r["response"],
+                                            "step": r["step"]} for r in rows])  # fmt: skip
+    assert _import(bare, tmp_path / "bare") == 0
+    said = capsys.readouterr().out
+    assert "the log's rewards against graft's verdicts: no reward in the log" in said
+    assert _import(log, tmp_path / "rewarded") == 0
+    said = capsys.readouterr().out
+    assert f"reward {len(rows) - 1}/{len(rows)} agree" in said  # the flipped one disagrees
+
+
 @pytest.mark.parametrize(
     ("rows", "said"),
     [
