@@ -5,6 +5,7 @@ that names its new key."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import yaml
@@ -117,3 +118,28 @@ def test_a_run_recorded_in_the_flat_shape_reads_as_today(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert current_shape(recorded) == today
+
+
+def test_the_command_line_under_an_old_name_wins_over_the_file(capsys):
+    """The shipped stored-peer config names exchange.stored.path; `--set exchange.store=DIR` is the
+    user's latest word: it takes the file's place, with the one deprecation line. The same key
+    twice on the command line, under both names, is refused in one line."""
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "graft_stored_tiny.yaml")
+    with pytest.warns(ConfigDeprecationWarning, match=r"exchange\.store is deprecated"):
+        cfg = load_config(Config, config, ["exchange.store=elsewhere/trajectories"])
+    assert cfg.exchange.stored.path == "elsewhere/trajectories"
+    assert main(["config", config, "--set", "exchange.store=elsewhere/trajectories"]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [
+        "graft: warning: config key exchange.store is deprecated; it is now exchange.stored.path"
+    ]
+    assert yaml.safe_load(out)["exchange"]["stored"]["path"] == "elsewhere/trajectories"
+    both = ["exchange.store=a", "exchange.stored.path=b"]
+    with (
+        pytest.raises(ConfigError, match=r"set twice, as exchange\.store and as exchange\.stored"),
+        pytest.warns(ConfigDeprecationWarning),
+    ):
+        load_config(Config, config, both)
+    assert main(["config", config, *(x for s in both for x in ("--set", s))]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("graft: error: --set exchange.store and --set exchange.stored.path")

@@ -196,4 +196,4 @@ def test_other_bad_inputs(tmp_path):
 def test_hub_dataset_without_datasets_package_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed
     message = error_of(MathDataConfig(train="some-org/some-math-set"), DataError)
-    assert "pip install graft-rl[datasets]" in message and "task.math.train" in message
+    assert "pip install 'datasets<6,>=4.0'" in message and "task.math.train" in message

@@ -78,7 +78,7 @@ def test_every_requirement_is_a_range_with_both_bounds():
 
 
 def test_an_extra_repeats_the_dev_range_of_the_same_package():
-    """`pip install graft-rl[ray]` gets the range that `make test` / `make test-min` tested."""
+    """`pip install -e '.[ray]'` gets the range that `make test` / `make test-min` tested."""
     dev = {
         canonicalize_name(r.name): r
         for r in map(Requirement, _project()["optional-dependencies"]["dev"])

@@ -247,7 +247,8 @@ def test_a_tracker_that_is_not_installed_and_the_old_tensorboard_key_are_one_lin
     line = _one_line_error(capsys, [*out, *_sets([*SETS, "run.report_to=[trackio]"])])
     assert (
         line
-        == "graft: error: run.report_to: trackio is not installed: pip install 'graft-rl[trackio]'"
+        == "graft: error: run.report_to: trackio is not installed: pip install 'trackio<1,>=0.43' "
+        "(or pip install -e '.[trackio]' in a clone of graft)"
     )
     assert not run_dir.exists()
     line = _one_line_error(capsys, [*out, *_sets([*SETS, "run.tensorboard=true"])])

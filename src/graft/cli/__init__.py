@@ -52,7 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # --help and --version print here
+    except BrokenPipeError:
+        if not _stdout_unread():
+            raise
+        return _reader_gone()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     shown_as, warnings.showwarning = (
         warnings.showwarning,
@@ -69,6 +74,10 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         return args.handler(args)
+    except BrokenPipeError:
+        if not _stdout_unread():
+            raise  # another pipe broke: not the reader of our output leaving
+        return _reader_gone()  # its reader stopped reading (`graft ... | head -1`)
     except user_errors() as err:
         print(f"graft: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line
         return 2
@@ -92,6 +101,30 @@ def _show_warning(
         print(f"graft: warning: {message}", file=sys.stderr)
     else:
         shown_as(message, category, *args)
+
+
+def _stdout_unread() -> bool:
+    """Standard output is a pipe whose reader is gone (the kernel reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _reader_gone() -> int:
+    """Stop quietly, as `cat` does when its reader leaves early: no traceback, nothing more
+    written (standard output is pointed at /dev/null, so the interpreter's last flush cannot
+    fail again), exit status 141 (128 + SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 def _os_error(err: OSError) -> int:

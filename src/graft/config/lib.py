@@ -250,12 +250,43 @@ def load_config(
             raise ConfigError(f"config file {path} is not valid YAML{at}: {cause}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping")
-        data = loaded or {}
+        data = _current_keys(loaded or {})  # the file's own: both names in it are refused
     if overrides:
         data = _with_defaults_for_lists(cls, data)
-    for assignment in overrides:
+    for assignment in current_overrides(overrides):
         apply_override(data, assignment)
     return from_dict(cls, data)
+
+
+def _current_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A config file's mapping with its MOVED keys in their current places, each with its one
+    warning; a key the file sets under both names is refused."""
+    out = dict(data)
+    for section in sorted({old.split(".")[0] for old in MOVED}):
+        if isinstance(out.get(section), dict):
+            out[section] = _move_deprecated(out[section], section)
+    return out
+
+
+def current_overrides(overrides: typing.Sequence[str]) -> list[str]:
+    """`--set` assignments with a MOVED key under its current name, each with its one warning:
+    the command line is the latest word, so it takes the place of the file's value under either
+    name. A key the command line sets under both names is refused."""
+    out, named = [], {}
+    for assignment in overrides:
+        dotted, eq, raw = assignment.partition("=")
+        key = dotted.strip()
+        new = MOVED.get(key)
+        if eq and new is not None:
+            message = f"config key {key} is deprecated; it is now {new}"
+            warnings.warn(message, ConfigDeprecationWarning, stacklevel=3)
+            assignment = f"{new}={raw}"
+        current = new or key
+        if eq and named.setdefault(current, key) != key:
+            first = named[current]
+            raise ConfigError(f"--set {first} and --set {key}: set twice, as {first} and as {key}")
+        out.append(assignment)
+    return out
 
 
 def expand_user(path: str, what: str) -> str:

@@ -38,10 +38,11 @@ class RunConfig:
     (`inprocess`), the cores divided among the policies when they run in parallel."""
     report_to: tuple[Literal["tensorboard", "wandb", "mlflow", "trackio"], ...] = ()
     """Experiment trackers that also get every step's metrics, the resolved config as the run's
-    parameters and the run's curves.png (each an optional extra: `pip install
-    'graft-rl[wandb]'`). tensorboard: RUN_DIR/tensorboard; wandb: RUN_DIR/wandb (WANDB_MODE=offline
-    needs no network); mlflow: MLFLOW_TRACKING_URI; trackio: its local store (TRACKIO_DIR). A
-    resumed run continues the same tracker runs (RUN_DIR/trackers.json names them)."""
+    parameters and the run's curves.png (each an optional extra: `pip install -e '.[wandb]'` in
+    a clone of graft, or the package itself, as the hint graft prints names it). tensorboard:
+    RUN_DIR/tensorboard; wandb: RUN_DIR/wandb (WANDB_MODE=offline needs no network); mlflow:
+    MLFLOW_TRACKING_URI; trackio: its local store (TRACKIO_DIR). A resumed run continues the same
+    tracker runs (RUN_DIR/trackers.json names them)."""
     project: str = "graft"
     """The W&B or trackio project, or the MLflow experiment, the run is logged under (the
     tracker run is named after the run directory)."""

@@ -29,6 +29,7 @@ from transformers import (
 
 from graft.config import ModelConfig
 from graft.errors import ModelLoadError
+from graft.extras import install_hint
 from graft.models.common import quiet_transformers
 from graft.models.precision import DTYPES
 
@@ -143,7 +144,7 @@ def _require_gguf_transformers(where: str) -> None:
     if Version(installed).release < (5, 18):
         raise ModelLoadError(
             f"{where}: loading a .gguf file needs transformers >= 5.18 (installed {installed} "
-            "mis-reads its eos token); pip install 'graft-rl[gguf]'"
+            f"mis-reads its eos token); {install_hint('gguf')}"
         )
 
 

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from graft.config import LoRAConfig, ModelConfig
+from graft.extras import install_hint
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -46,9 +47,7 @@ def _peft(key: str) -> Any:
     try:
         import peft
     except ImportError:
-        raise LoRAError(
-            f"{key}.r: LoRA needs the peft package: pip install 'graft-rl[peft]'"
-        ) from None
+        raise LoRAError(f"{key}.r: LoRA needs the peft package: {install_hint('peft')}") from None
     return peft
 
 

@@ -89,7 +89,6 @@ from graft.config import RolloutConfig
 from graft.config.lib import ConfigError
 from graft.errors import DataError
 from graft.preflight import (  # noqa: F401  (re-exported: the tests and docs name them here)
-    INSTALL_ROUTE,
     VLLM_DISTRIBUTIONS,
     VLLM_SERIES,
     check_vllm_installed,

@@ -127,7 +127,9 @@ def _check_trackio() -> None:
 
 
 def _pip(name: str) -> str:
-    return f"pip install 'graft-rl[{name}]'"
+    from graft.extras import install_hint
+
+    return install_hint(name)
 
 
 _SERVER_CHECKS = {"wandb": _check_wandb, "mlflow": _check_mlflow, "trackio": _check_trackio}

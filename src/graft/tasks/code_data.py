@@ -18,8 +18,8 @@ Each problem keeps the dataset's own id (`task_id`, `problem_id`, `question_id`,
 the first present) to name it in messages. A source is a local .jsonl (or .jsonl.gz)/.parquet
 file, or a Hugging Face dataset name (`openai/openai_humaneval`)
 pinned to a full commit id in `task.code.revision` (a name without one is refused: the data could
-change under a run), read with `datasets` (`pip install graft-rl[datasets]`, and a network or the
-local cache). The tests use small files written in these layouts.
+change under a run), read with `datasets` (the `datasets` extra: `pip install -e '.[datasets]'`
+in a clone, and a network or the local cache). The tests use small files written in these layouts.
 
 `check_references` runs each problem's reference solution against its own tests in the sandbox,
 through the same harness as a response: a problem whose reference does not pass is left out, as

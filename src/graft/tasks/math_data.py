@@ -4,9 +4,10 @@ Sources (`task.math.train` / `task.math.test`):
 - `*.jsonl`: one JSON object per line (blank lines are skipped);
 - `*.parquet`: read with pyarrow;
 - anything else: a Hugging Face dataset name, loaded with `datasets.load_dataset(name, subset,
-  split=..., revision=...)` (needs `pip install graft-rl[datasets]`, and a network or the local
-  cache; the tests serve look-alike local files in its place). A failure to load is one line
-  that names the dataset, split and revision and the way out (the cache, a local file).
+  split=..., revision=...)` (needs the `datasets` extra, `pip install -e '.[datasets]'` in a
+  clone, and a network or the local cache; the tests serve look-alike local files in its
+  place). A failure to load is one line that names the dataset, split and revision and the way
+  out (the cache, a local file).
 
 Required columns: `problem_column` (text) and `answer_column` (LaTeX or plain text, or a number);
 an optional `skill` column tags problems for per-skill metrics. The task prompt is the problem text
@@ -30,6 +31,7 @@ from typing import Any
 from graft.config import MathDataConfig
 from graft.config.lib import expand_user
 from graft.errors import DataError
+from graft.extras import install_hint
 from graft.tasks.splits import SplitTask
 from graft.types import Problem
 from graft.verify.math.answer import last_boxed
@@ -107,7 +109,7 @@ def read_hub(name: str, split: str, cfg: Any, key: str, columns: tuple[str, ...]
     except ImportError:
         raise DataError(
             f"{key}={name!r} is not a .jsonl or .parquet file, so it is read as a Hugging Face "
-            "dataset, which needs the `datasets` package: pip install graft-rl[datasets]"
+            f"dataset, which needs the `datasets` package: {install_hint('datasets')}"
         ) from None
     revision = cfg.revision or None
     try:

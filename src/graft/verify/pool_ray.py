@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graft.config.lib import ConfigError
+from graft.extras import install_hint
 from graft.verify.pool import _START_LIMIT_S, VerifierPool
 from graft.verify.pool_worker import LOADING, READY, Chunk, Done, load, run_chunk
 from graft.verify.registry import Verifier
@@ -38,7 +39,7 @@ def connect(extra_cpus: int = 0) -> Any:
     try:
         import ray
     except ImportError:
-        raise ImportError("run.backend=ray needs Ray: pip install 'graft-rl[ray]'") from None
+        raise ImportError(f"run.backend=ray needs Ray: {install_hint('ray')}") from None
     if not ray.is_initialized():
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if not os.environ.get("RAY_ADDRESS"):
