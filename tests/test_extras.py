@@ -43,7 +43,8 @@ def test_each_extras_hint_names_its_packages_at_graft_s_ranges(extra):
     hint = install_hint(extra)
     assert hint.startswith("pip install '") and f"pip install -e '.[{extra}]'" in hint
     for r in got:
-        assert f"'{r.name}{r.specifier}'" in hint
+        extras = f"[{','.join(sorted(r.extras))}]" if r.extras else ""
+        assert f"'{r.name}{extras}{r.specifier}'" in hint
 
 
 def test_a_missing_extra_is_named_with_a_working_command(monkeypatch):

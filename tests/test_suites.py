@@ -196,8 +196,11 @@ def test_without_the_datasets_package_the_error_is_one_line(monkeypatch, tmp_pat
     import sys
 
     monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(DataError, match="pip install graft-rl\\[datasets\\]"):
+    with pytest.raises(DataError) as info:
         load_suites(["minerva"])
+    message = str(info.value)
+    assert "\n" not in message
+    assert "pip install 'datasets" in message and "pip install -e '.[datasets]'" in message
 
 
 def test_local_file_suites_use_the_task_columns(tmp_path):
