@@ -1,4 +1,5 @@
-"""Time of the math verifier on 10,000 responses, in one process (no pool).
+"""Time of the math verifier (`math`, the training verdict) on 10,000 responses, in one process
+(no pool).
 
 The responses are built from the fixture's 22 golds in the shapes training sees: a right boxed
 answer after some reasoning, a wrong one, no box, two boxes, a box followed by more text, an
@@ -48,8 +49,9 @@ def pairs(n: int) -> list[tuple[str, str]]:
 
 
 def time_once(n: int) -> float:
-    from graft.verify.math.grader import verify_math
+    from graft.verify.registry import resolve_verifier
 
+    verify_math = resolve_verifier("math")  # the verifier training uses, in either checkout
     work = pairs(n)
     verify_math(*work[0])  # imports outside the timing
     # The pairs repeat (22 golds x 6 shapes): parsed values cached across responses would time

@@ -248,20 +248,26 @@ def test_verify_math_details():
 
 
 def test_registry_and_versions():
-    from graft.verify.math.grader import verify_math_answer_line
+    from graft.verify.math.grader import (
+        verify_math_answer_line,
+        verify_math_answer_line_strict,
+        verify_math_strict,
+    )
     from graft.verify.registry import PlugInVerifier, VerifierKind
 
     assert {
-        "math": verify_math,
+        "math": verify_math_strict,
+        "math_careful": verify_math,
         "final_number": verify_final_number,
-        "math_answer_line": verify_math_answer_line,
+        "math_answer_line": verify_math_answer_line_strict,
+        "math_answer_line_careful": verify_math_answer_line,
     } == {k: v.check for k, v in VERIFIERS.items() if not v.kind.runs_code}
     assert {k for k, v in VERIFIERS.items() if v.kind.runs_code} == {"code", "code_unsafe_local"}
     assert VERIFIERS["code"].kind is VerifierKind.SANDBOXED
     # the name stores and configs held before the answer-line grader had a built-in one
     legacy = resolve_verifier("graft.tasks.verify:verify_math_answer_line")
     assert legacy is VERIFIERS["math_answer_line"]
-    assert verifier_version("graft.tasks.verify:verify_math_answer_line").endswith("graft-strict-5")
+    assert verifier_version("graft.tasks.verify:verify_math_answer_line").endswith("graft-strict-6")
     assert verifier_version("code") == "code;graft-sandbox-1"
     assert resolve_verifier("math") is VERIFIERS["math"]
     import hanging_verifier
@@ -269,7 +275,7 @@ def test_registry_and_versions():
     plug_in = resolve_verifier(PLUGIN)
     assert isinstance(plug_in, PlugInVerifier) and plug_in.fn is hanging_verifier.check
     assert plug_in("7", "7").correct and plug_in.time_budget("7") == 0.0  # two arguments
-    assert verifier_version("math") == "math-verify==0.9.0;graft-strict-5"
+    assert verifier_version("math") == "math-verify==0.9.0;graft-strict-6"
     assert verifier_version("final_number") == "final_number;1"
     assert verifier_version(PLUGIN) == f"{PLUGIN};unversioned"
     for bad in ("nonsense", "module:", ":function", "a.b:not-an-identifier"):

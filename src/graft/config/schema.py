@@ -62,7 +62,9 @@ class RunConfig:
 @dataclass(frozen=True)
 class VerifyConfig:
     verifier: str = ""
-    """Verifier instead of the task's own: a built-in name (`math`, `final_number`) or an import
+    """Verifier instead of the task's own: a built-in name (`math`, the training verdict: a right
+    box followed by another value earns nothing; `math_careful`, the careful reading of what
+    follows the box; `final_number`) or an import
     path `package.module:name` of a function taking (response, gold, problem) and returning a
     graft Verdict (one taking (response, gold) gets no problem text), or of an object that
     follows graft.verify.registry.Verifier."""

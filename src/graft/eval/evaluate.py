@@ -73,7 +73,26 @@ def suite_metrics(
             out[f"eval/{suite}/{skill}/avg@{k}"] = avg_at_k(rows)
     counts = verdict_counts((v for vs in verdicts_P for v in vs), verifier)
     out.update({f"eval/{suite}/{key}": value for key, value in counts.items()})
+    if reads_tails_strictly(verifier):
+        careful_PK = [[v.correct or v.reason == TAIL_VALUE for v in vs] for vs in verdicts_P]
+        out[f"eval/{suite}/{CAREFUL}avg@{k}"] = avg_at_k(careful_PK)
     return out
+
+
+TAIL_VALUE = "tail_value"
+CAREFUL = "careful_"
+"""Prefix of avg@k under the careful reading of what follows the final box: evaluation reports it
+beside the training verdict's avg@k (a `tail_value` verdict, right under the careful reading,
+counts there)."""
+
+
+def reads_tails_strictly(verifier: str) -> bool:
+    """Does the verifier withhold a reward for another value after the box (the training
+    verdict of `graft.verify.math.tail`), so that evaluation reports the careful reading too?"""
+    from graft.verify.registry import resolve_verifier
+
+    reasons = resolve_verifier(verifier).reasons if verifier else {}
+    return TAIL_VALUE in reasons.get("no_answer", ())
 
 
 def evaluate_once(
@@ -166,10 +185,16 @@ def evaluate_runs(
                 else:
                     entry[key] = _mean_std(values)
             suites_out[suite.name] = entry
-        averages = [
-            statistics.fmean(r[name][f"eval/{s.name}/{avg_key}"] for s in suites) for r in per_run
-        ]
-        models[name] = {"suites": suites_out, "average": {avg_key: _mean_std(averages)}}
+        average = {}
+        for key in (avg_key, CAREFUL + avg_key):
+            if all(f"eval/{s.name}/{key}" in r[name] for s in suites for r in per_run):
+                average[key] = _mean_std(
+                    [
+                        statistics.fmean(r[name][f"eval/{s.name}/{key}"] for s in suites)
+                        for r in per_run
+                    ]
+                )
+        models[name] = {"suites": suites_out, "average": average}
     return {
         "settings": {
             **settings.__dict__,

@@ -37,9 +37,12 @@ from graft.verify.code.verifier import (
 )
 from graft.verify.math.grader import (
     MATH_REASONS,
+    STRICT_MATH_REASONS,
     verify_final_number,
     verify_math,
     verify_math_answer_line,
+    verify_math_answer_line_strict,
+    verify_math_strict,
 )
 from graft.verify.math.values import _math
 
@@ -111,18 +114,23 @@ class BuiltInVerifier:
         return self.check(response, gold, problem)
 
 
-_STRICT = "graft-strict-5"
+_STRICT = "graft-strict-6"
+_MATH = {"packages": ("math-verify",), "warm": _math}
 VERIFIERS: dict[str, BuiltInVerifier] = {
     v.name: v
     for v in (
-        BuiltInVerifier("math", verify_math, _STRICT, packages=("math-verify",), warm=_math),
+        # The training verdict: a right final box followed by any other value earns nothing.
+        BuiltInVerifier("math", verify_math_strict, _STRICT, reasons=STRICT_MATH_REASONS, **_MATH),
         BuiltInVerifier(
             "math_answer_line",
-            verify_math_answer_line,
+            verify_math_answer_line_strict,
             _STRICT,
-            packages=("math-verify",),
-            warm=_math,
+            reasons=STRICT_MATH_REASONS,
+            **_MATH,
         ),
+        # The careful reading of what follows the box, for evaluation beside the training one.
+        BuiltInVerifier("math_careful", verify_math, _STRICT, **_MATH),
+        BuiltInVerifier("math_answer_line_careful", verify_math_answer_line, _STRICT, **_MATH),
         BuiltInVerifier("final_number", verify_final_number, "1"),
         BuiltInVerifier(
             "code",
@@ -237,16 +245,20 @@ EXTRACTIONS = ("boxed", "answer_line")
 
 def verifier_for_extract(name: str, extract: str) -> str:
     """The verifier that reads answers as `verify.extract` says: `boxed` keeps `name`;
-    `answer_line` turns `math` into `math_answer_line` (other verifiers have no box)."""
+    `answer_line` turns `math` into `math_answer_line` and `math_careful` into
+    `math_answer_line_careful` (other verifiers have no box)."""
     if extract not in EXTRACTIONS:
         raise ValueError(f"unknown extraction {extract!r}; use one of {list(EXTRACTIONS)}")
     if extract == "boxed":
         return name
-    if name != "math":
+    if name not in _ANSWER_LINE:
         raise ValueError(
-            f"answer_line applies to the math verifier only (the verifier is {name!r})"
+            f"answer_line applies to the math verifiers only (the verifier is {name!r})"
         )
-    return "math_answer_line"
+    return _ANSWER_LINE[name]
+
+
+_ANSWER_LINE = {"math": "math_answer_line", "math_careful": "math_answer_line_careful"}
 
 
 # ---------------------------------------------------------------------------- verdict counts

@@ -68,6 +68,14 @@ def box_at(text: str, command_start: int, pos: int) -> tuple[int, int, str | Non
     return command_start, pos + token.end(), token.group(1).rstrip(".,;:")
 
 
+def after_last_box(text: str) -> str:
+    """The text after the last box (all of it when there is none; "" after an unclosed one)."""
+    commands = list(BOX_COMMAND.finditer(text))
+    if not commands:
+        return text
+    return text[box_at(text, commands[-1].start(), commands[-1].end())[1] :]
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the LAST `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) in `text`, stripped.
 

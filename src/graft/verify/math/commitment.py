@@ -69,6 +69,8 @@ _VALUE = re.compile(
 )
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 _ELISIONS = {"l": "le", "d": "de", "c": "ce", "j": "je", "n": "ne", "s": "se", "qu": "que"}
+_RATIO = re.compile(r"(?<![\w.])(\d+)\s+(?:in|out\s+of)\s+(\d+)(?!\w|\.\d)", re.IGNORECASE)
+_MIS_HYPHEN = re.compile(r"\bmis-(?=[a-z])")
 _MATH_MARKUP = re.compile(r"\$|\\[()\[\]]|\*\*|\\(?:text|textbf|textit|mathrm|mathbf|emph)\b")
 _CLOSERS = " \t)]}\"'*,`~"
 _SIMPLE_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
@@ -76,8 +78,13 @@ _RESTATEMENT = re.compile(
     r"\s*(?:equivalently|equivalent(?:ly)?\s+to|in\s+other\s+words|simply)\b", re.I
 )
 _NEGATED_VALUE = re.compile(r"\b(?:not|no|never|isn't|wasn't)\s*$", re.IGNORECASE)
+_NEGATED_BOX = re.compile(
+    r"(?:\b(?:not|never|isn't|wasn't|aren't|no\s+longer)|≠|\\neq?(?![A-Za-z])|\\not\s*=)"
+    r"\s*(?:(?:equal\s+to|equals?|be)\s*)?(?:\$|\\\(|\\\[|\s)*$",
+    re.IGNORECASE,
+)
 _NEGATED_PHRASE = re.compile(r"\b(?:no|not|never|without|needn't|don't|won't)\b[^.,]{0,16}$")
-_NO = r"(?:no|nope|nah|non|nein|нет)"
+_NO = r"(?:no(?:no)*|nope|nah|non|nein|нет)"
 _REJECTION = re.compile(
     rf"^\s*(?:(?:actually|hmm+|oh|wait|well)[\s,]+)?{_NO}(?:[\s,!.]+{_NO})*\s*(?:[,!.]|$)"
     r"|^\s*不[，,]",
@@ -104,16 +111,19 @@ class Commitment:
     why: str = ""
 
 
-def _plain(text: str) -> str:
+def plain_text(text: str) -> str:
     """Text with math markup removed (`$`, `\\(`, `**`, `\\text`), so words and values show."""
     text = _SIMPLE_FRACTION.sub(r"\1/\2", text)
-    return _MATH_MARKUP.sub(" ", text).replace("{", " ").replace("}", " ")
+    text = _MATH_MARKUP.sub(" ", text).replace("{", " ").replace("}", " ")
+    return _RATIO.sub(r"\1/\2", text)  # `1 in 4` is the value 1/4
 
 
 def _words(sentence: str) -> list[str]:
-    """Lower-case words; a French elision (`l'erreur`, `n'est`) is two words."""
+    """Lower-case words; a French elision (`l'erreur`, `n'est`) is two words; `mis-added` is
+    one (`misadded`)."""
     out = []
-    for word in _WORD.findall(sentence.lower().replace("’", "'")):
+    sentence = _MIS_HYPHEN.sub("mis", sentence.lower().replace("’", "'"))
+    for word in _WORD.findall(sentence):
         head, apostrophe, rest = word.partition("'")
         out.extend([_ELISIONS[head], rest] if apostrophe and head in _ELISIONS else [word])
     return out
@@ -136,6 +146,7 @@ def _clause_polarity(clause: list[str], supposed: bool, conflict: bool) -> int:
     for i, w in enumerate(clause):
         bad = (
             w in W.BAD
+            or W.is_mis_word(w)
             or (conflict and w in W.CONFLICT)
             or (w in W.BAD_AFTER and i > 0 and clause[i - 1] in W.BAD_AFTER[w])
         )
@@ -287,10 +298,22 @@ def _offers_other(raw: str, words: list[str], other: list[re.Match[str]]) -> boo
             modal is not None
             and len(near) - modal <= 5
             and not any(_is_negation(w) for w in near[modal:])
-            and any(w in W.BE for w in words)
+            and (
+                any(w in W.BE for w in words)
+                or (
+                    any(w in W.OFFER_VERBS for w in near[modal:])
+                    and not _rejected_after(raw, value)
+                )
+            )
         ):
             return True
     return False
+
+
+def _rejected_after(raw: str, value: re.Match[str]) -> bool:
+    """Is a value raised and then rejected in its sentence (`another layout could give 13 seats,
+    but it breaks the rule`, `one might count 2 and 10 too, but 'between' is strict`)?"""
+    return any(w in W.CONTRAST for w in _words(raw[value.end() :]))
 
 
 def _earlier_step(words: list[str], own: list[re.Match[str]]) -> bool:
@@ -313,11 +336,54 @@ def _announced(raw: str, own: list[re.Match[str]], other: list[re.Match[str]]) -
     stated = [
         m
         for m in sorted(own + other, key=lambda m: m.start())
-        if W.COPULA.search(raw[: m.start()])
+        if (W.COPULA.search(raw[: m.start()]) or W.COPULA_AFTER.match(raw[m.end() :]))
         and not re.search(r"[\d)}]\s*(?:\S+\s*)?$", raw[: m.start()])
         and not re.match(r"\s*(?:[-+*/×^=]|\\times|\\cdot)", raw[m.end() :])
     ]
     return bool(stated) and stated[-1] in other
+
+
+def _under_condition(raw: str, words: list[str], other: list[re.Match[str]]) -> bool:
+    """Is another value given under a condition (`9 if the endpoints are included`, `if
+    negative divisors count, it doubles to 12`, `alternatively, if zero counts, 4`) that is not
+    a mistake (`if we forgot the endpoint we would get 9`, `if x were 8`)? Another reading of the
+    question, offered beside the box: a hedge."""
+    if not other or not any(w in W.CONDITIONAL for w in words):
+        return False
+    bare = any(
+        re.match(r"\s*\(?\s*(?:if|unless)\b", raw[m.end() :], re.I)
+        or W.ANSWER_SUBJECT.search(raw[: m.start()])
+        for m in other
+    )
+    if not bare and not any(w in W.ANSWER or w in W.TALLY for w in words):
+        return False  # `if we wait 5 more minutes the tank holds 20 liters`: another quantity
+    return not any(w in W.MISTAKE or w in W.BAD or w in W.FIXES or W.is_mis_word(w) for w in words)
+
+
+def _besides_own(raw: str, own: list[re.Match[str]], values: list[re.Match[str]]) -> bool:
+    """Does a sentence that names the box's value go on to another quantity (`he kept 12 and
+    sold 36`, `spending 24 and keeping 1`), joined by `and` or a comma, with no word between
+    that turns against the box (contrast, negation, a correction, an announcement) or concludes
+    (`so 11`)?"""
+    if not own or not values or values[-1] in own or own[-1].start() > values[-1].start():
+        return False
+    between = raw[own[-1].end() : values[-1].start()]
+    if not re.search(r"\band\b|,", between) or W.ANNOUNCE.search(between):
+        return False
+    turning = W.CONTRAST | W.NEGATION | W.CORRECTION | W.REJECTIONS | W.REDO_OPENERS | W.CONCLUSION
+    return not any(w in turning or _is_negation(w) for w in _words(between))
+
+
+def _enumerates(raw: str, values: list[re.Match[str]]) -> bool:
+    """Does the sentence end in a list of three values or more (`the divisors are 1, 2, 3 and
+    6`)? Its last element is one of the list, not a value stated as the answer."""
+    if len(values) < 3:
+        return False
+    last = values[-3:]
+    return all(
+        re.fullmatch(r"\s*(?:,\s*(?:and\s+)?|and\s+|&\s*)", raw[a.end() : b.start()])
+        for a, b in itertools.pairwise(last)
+    )
 
 
 def _sentence_verdict(
@@ -344,8 +410,11 @@ def _sentence_verdict(
         return Commitment("hedge", f"uncertain: {raw.strip()}")
     if _offers_other(raw, words, other):
         return Commitment("hedge", f"another value offered: {raw.strip()}")
+    if _under_condition(raw, words, other):
+        return Commitment("hedge", f"another value under a condition: {raw.strip()}")
     final = _final_value(raw, same)
-    stated = (final is not None and not final[1]) or _announced(raw, own, other)
+    restated = final is not None and (_besides_own(raw, own, values) or _enumerates(raw, values))
+    stated = (final is not None and not final[1] and not restated) or _announced(raw, own, other)
     if stated and not _marks_not_answer(words, raw):
         return Commitment("retracted", f"another value stated: {raw.strip()}")
     return Commitment()
@@ -364,7 +433,7 @@ def _confirms(raw: str, words: list[str], same: Callable[[str], bool]) -> bool:
 def _tail_verdict(tail: str, same: Callable[[str], bool]) -> Commitment:
     pending = ""
     first = True
-    for index, raw in enumerate(_SENTENCE_END.split(_plain(tail))):
+    for index, raw in enumerate(_SENTENCE_END.split(plain_text(tail))):
         if not raw.strip():
             continue
         words = _words(raw)
@@ -385,7 +454,7 @@ def _tail_verdict(tail: str, same: Callable[[str], bool]) -> Commitment:
 
 
 def _unfinished(tail: str) -> bool:
-    plain = _plain(tail).strip()
+    plain = plain_text(tail).strip()
     if len(_words(plain)) < _UNFINISHED_WORDS:
         return False
     return bool(re.search(r"[A-Za-z,(+\-*/=]\s*$", plain))
@@ -405,7 +474,9 @@ def _corrects(raw: str) -> bool:
     words = _words(raw)
     if _goes_back(words, raw) or _evaluation(words, raw) < 0 or W.FIX_PHRASE.search(raw):
         return True
-    return any(w in W.CORRECTION or w in W.INTERJECTIONS or w in W.FIXES for w in words)
+    return any(
+        w in W.CORRECTION or w in W.INTERJECTIONS or w in W.FIXES or W.is_mis_word(w) for w in words
+    )
 
 
 def _last_correction(text: str, start: int, end: int, cuts: list[int]) -> int:
@@ -415,7 +486,7 @@ def _last_correction(text: str, start: int, end: int, cuts: list[int]) -> int:
     bounds.update(m.end() for m in _SENTENCE_END.finditer(text, start, end))
     ordered = sorted(bounds)
     for left, right in reversed(list(itertools.pairwise(ordered))):
-        if _corrects(_plain(text[left:right])):
+        if _corrects(plain_text(text[left:right])):
             return left
     return -1
 
@@ -430,8 +501,8 @@ def _first_kept(
     window = text[max(earlier[-1][0], final_start - _LEAD_CHARS) : final_start]
     ends = list(_LEAD_END.finditer(window))
     lead = window[ends[-1].end() :] if ends else window
-    offered = W.ALTERNATIVE.search(_plain(lead)) is not None
-    if not offered and W.FINAL_MARKER.search(lead) and not W.CONDITION.search(_plain(lead)):
+    offered = W.ALTERNATIVE.search(plain_text(lead)) is not None
+    if not offered and W.FINAL_MARKER.search(lead) and not W.CONDITION.search(plain_text(lead)):
         return ""
     think_end = -1 if offered else text.rfind(_THINK_END, 0, final_start)
     corrected = -1
@@ -461,6 +532,8 @@ def commitment(text: str, same: Callable[[str], bool] | None = None) -> Commitme
     kept = _first_kept(text, earlier, final[0][0], same) if earlier else ""
     if kept:
         return Commitment("hedge", f"another box holds {kept}")
+    if _NEGATED_BOX.search(text[max(0, final[0][0] - 40) : final[0][0]]):
+        return Commitment("retracted", "the box negated: it is not the answer")
     tail = text[final[-1][1] :]
     if tail.lstrip().startswith("?"):
         return Commitment("hedge", "a question mark after the box")

@@ -28,8 +28,21 @@ BAD = _words(
     erróneo errónea sbagliato sbagliata errore errato errata errado errada erro errei
     miscounted miscalculated miscalculation misread misstep messed botched blunder typo
     trompé trompée verrechnet vertan geirrt equivoqué sbagliato
+    kidding joking jk joke kid trolling
     ошибка ошибся ошиблась неверно неправильно неверный"""
 )
+_NOT_MIS = _words(
+    """mission missions missile missiles mississippi missing miss misses missed mist mists misty
+    mischief miscellaneous misery miserable mister mistress"""
+)
+
+
+def is_mis_word(word: str) -> bool:
+    """A verb of getting something wrong by its prefix (`misadded`, `miscounted`, `misread`,
+    `misapplied`): the class, not a list of its members."""
+    return word.startswith("mis") and len(word) > 5 and word not in _NOT_MIS
+
+
 BAD_AFTER = {"mal": _words("está esta estaba salió sale")}
 """Words that are an error only after one of these (`está mal`; `3 mal 4` is a product)."""
 CONFLICT = _words(
@@ -87,6 +100,11 @@ SUPPOSITION = _words(
     pitfall careless naive naively tempting avoid avoiding beware careful si wenn falls sonst"""
 )
 """Markers that an evaluation in a sentence is about a supposition, not the box."""
+CONDITIONAL = _words(
+    """if unless suppose supposing assuming otherwise alternatively alternately si wenn falls
+    sonst"""
+)
+"""Words that put a value under another condition: beside the box, a hedge unless a mistake."""
 CONTRAST = _words("but however yet though although mais cependant aber doch pero ma però")
 REDO_OPENERS = _words(
     "wait attends attendez attendons warte espera espere aspetta aspetti подожди постой"
@@ -105,11 +123,20 @@ POSSIBLE = _words(
     "could might may pourrait pourraient könnte könnten podría podrían potrebbe poderia"
 )
 BE = _words("be equal equals être sein ser essere valer betragen")
+OFFER_VERBS = _words("argue say claim answer count get give take read")
+"""Verbs that, after `could` / `might`, offer a value as an answer (`one could argue for 9`)."""
+TALLY = _words("count total tally")
+"""Words that name the asked number without saying `answer` (`the count doubles to 12`)."""
+CONCLUSION = _words(
+    "so thus therefore hence giving gives leaves leaving makes total finally donc also"
+)
+"""Words that conclude: the value after them is a result stated, not another quantity named."""
 
 REDO_PHRASE = re.compile(
     r"\b(?:start\s+(?:over|again|afresh)|scratch\s+that|"
     r"strike\s+that|hold\s+on|go\s+back|back\s+up|from\s+scratch|"
     r"(?:try|do|work|solve|compute)\s+(?:\w+\s+){0,2}?(?:again|once\s+more)|"
+    r"(?:think|thinking|thought)\s+(?:about\s+(?:it|this)\s+)?(?:again|twice|once\s+more)|"
     r"let\s+me\s+re-?(?:do|check|compute|calculate|consider|think|count|examine|evaluate|visit|"
     r"work|try|start|read|verify|solve)\w*|"
     r"von\s+vorne|noch\s+einmal|moment\s+mal|neu\s+(?:be)?rechnen|de\s+nuevo|otra\s+vez|"
@@ -138,7 +165,8 @@ BOX_REFERENCE = re.compile(
 )
 """Words that name the box without its value (`not the value boxed above`)."""
 FINAL_MARKER = re.compile(
-    r"\b(?:final\s+answer|answer\s*(?:is|:|=)|final\s+result|réponse\s*(?:finale|est|:)|"
+    r"\b(?:final\s+answer|answer\s*(?:is|:|=)|final\s+result"
+    r"|(?:correct|right|actual|true|real)\s+(?:\w+\s+){0,2}?(?:is|are|=|:)|réponse\s*(?:finale|est|:)|"
     r"respuesta\s*(?:final|es|:)|antwort\s*(?:ist|lautet|:)|endergebnis|risposta\s*(?:finale|è|:)|"
     r"resposta\s*(?:final|é|:))|答案|最终|最終|结果是",
     re.IGNORECASE,
@@ -175,7 +203,8 @@ FIXES = _words(
 """Words that, between two boxes, say what the earlier one got wrong (`I forgot the corner`,
 `recounting gives`): the later box corrects it."""
 FIX_PHRASE = re.compile(
-    r"\b(?:too\s+(?:few|many|much|little)|double[- ]count\w*|should\s+have|left\s+out)\b",
+    r"\b(?:too\s+(?:few|many|much|little)|double[- ]count\w*|should\s+have|left\s+out"
+    r"|my\s+(?:bad|mistake|error)|sorry|apologi[sz]e|off\s+by\s+(?:one|\d+))\b",
     re.IGNORECASE,
 )
 STEP = _words("step steps attempt attempts try tries draft guess estimate approach line sign term")
@@ -201,11 +230,20 @@ ALTERNATIVE_READING = re.compile(
 the count would be 9`)."""
 ANNOUNCE = re.compile(
     r"\b(?:answer|actually|really|in\s+fact|on\s+second\s+thought|after\s+all|in\s+the\s+end"
+    r"|should\s+(?:be|have\s+been)|must\s+be|ought\s+to\s+be"
     r"|recounted|recomputed|recalculated|redid)\b",
     re.IGNORECASE,
 )
 """Words that announce the value a sentence states as the answer, mid-sentence (`actually the
 answer is 11 because ...`, `I recounted and got 11 in the end`)."""
+ANSWER_SUBJECT = re.compile(
+    r"\b(?:it|that|this|we)\s*(?:would|'d|could|might)\s+(?:be|become|give|get|have)\s*$", re.I
+)
+"""The answer itself, under a supposition (`if we counted the endpoints it would be 10`)."""
+COPULA_AFTER = re.compile(
+    r"\s*(?:is|would\s+be|must\s+be|should\s+be)\s+(?:what|the\s+answer|right|correct)\b", re.I
+)
+"""A value stated as the answer by what follows it (`13 is what the question wants`)."""
 COPULA = re.compile(
     r"(?:\b(?:is|be|equals|got|get|gives|becomes)|['’]s|=|\bcomes\s+to)"
     r"(?:\s+(?:actually|really|just|exactly))?\s*$",

@@ -362,6 +362,79 @@ def _joined_unit(value: str) -> tuple[str, str]:
     return head, "/" if joined.group(1) == "/" else " "
 
 
+def asked_unit(text: str, asked: list[str]) -> tuple[str, str]:
+    """(the value, the unit) of an answer whose trailing `\\text{}` names what the question
+    counts or measures in (`5 \\text{ apples}` for "how many apples", `10^7 \\text{ erg}` for
+    "how many erg": `asked`, from `problem_text.asked_units`), a unit the list lacks; (text, "")
+    otherwise."""
+    match = _TEXT_GROUP.search(text)
+    if match is None or match.group(2) or not asked:
+        return text, ""
+    words = " ".join(re.sub(r"\\[,;: ]|~", " ", match.group(1)).split())
+    before = _TRAILING_SPACE.sub("", text[: match.start()]).strip()
+    if not words or not re.search(r"[\d})]", before[-1:]):
+        return text, ""
+    if any(same_unit(words, a) or same_unit(words.rstrip("s"), a.rstrip("s")) for a in asked):
+        return before, words
+    return text, ""
+
+
+_ONES = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen",
+)  # fmt: skip
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+NUMBER_WORDS: dict[str, int] = (
+    {w: i for i, w in enumerate(_ONES)}
+    | {w: 20 + 10 * i for i, w in enumerate(_TENS)}
+    | {"hundred": 100, "thousand": 1000, "million": 1000000}
+)
+"""Numbers spelled as one English word, by value."""
+TENS_WORDS = _TENS
+
+_SECONDS = {
+    "s": 1, "sec": 1, "second": 1, "min": 60, "minute": 60, "h": 3600, "hr": 3600, "hour": 3600,
+    "day": 86400, "week": 604800,
+}  # fmt: skip
+_TIME_PART = re.compile(
+    r"\s*(\d+(?:\.\d+)?)\s*(?:\\[,;: ]|~)*\s*(?:\\(?:text|mathrm)\s*\{\s*)?([A-Za-z]+)\s*\}?"
+    r"\s*(?:,|\band\b|\\text\s*\{\s*(?:,|and)?\s*\})?"
+)
+
+
+def _seconds_per(unit: str) -> int | None:
+    """Seconds in a unit of time (`hours`, `min`, `h`), or None for another word."""
+    unit = unit.lower()
+    if unit in _SECONDS:
+        return _SECONDS[unit]
+    return _SECONDS.get(unit[:-1]) if unit.endswith("s") else None
+
+
+def compound_time(text: str, unit: str = "") -> str | None:
+    """A duration in several units of time (`2 \\text{ hours } 30 \\text{ minutes}`,
+    `1 h 15 min`) as one value in `unit` (a unit of time; the largest of the text's own when
+    "" or not one): `\\frac{5}{2} \\text{ hours}`; None when `text` is not such a duration."""
+    from fractions import Fraction
+
+    parts, at = [], 0
+    while at < len(text):
+        match = _TIME_PART.match(text, at)
+        if match is None or match.end() == at or _seconds_per(match.group(2)) is None:
+            return None
+        parts.append((Fraction(match.group(1)), match.group(2), _seconds_per(match.group(2))))
+        at = match.end()
+    sizes = [size for _, _, size in parts]
+    if len(parts) < 2 or sizes != sorted(sizes, reverse=True) or len(set(sizes)) < len(sizes):
+        return None
+    total = sum((value * size for value, _, size in parts), Fraction(0))
+    size = _seconds_per(unit) if unit else None
+    if size is None:
+        unit, size = parts[0][1], parts[0][2]
+    value = total / size
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}} \\text{{ {unit}}}"
+
+
 _UNIT_NAMES = {
     "centimeter": "cm", "millimeter": "mm", "kilometer": "km", "meter": "m", "metre": "m",
     "second": "s", "sec": "s", "minute": "min", "hour": "h", "hr": "h", "gram": "g",
@@ -393,7 +466,7 @@ def same_unit(a: str, b: str) -> bool:
 
     def canonical(unit: str) -> str:
         out = []
-        for word in unit.lower().replace("^", " ^").split():
+        for word in unit.lower().replace("{", "").replace("}", "").replace("^", " ^").split():
             word = (
                 word[:-1]
                 if len(word) > 3 and word.endswith("s") and word[:-1] in _UNIT_NAMES
@@ -412,9 +485,19 @@ _CHOICE = re.compile(
 )
 
 
+_WHOLE_TEXT = re.compile(r"^\\text(?:bf|rm)?\s*\{([^{}]*)\}$")
+
+
+def _unwrapped(text: str) -> str:
+    """A choice wholly inside `\\text{}` (`\\text{(C) 29}`) as its content."""
+    whole = _WHOLE_TEXT.match(text.strip())
+    return whole.group(1).strip() if whole and _CHOICE.match(whole.group(1)) else text
+
+
 def choice_value(text: str) -> str | None:
-    """The value of a choice written with its letter (`\\textbf{(C)}~27` or `27 \\text{ (C)}`
-    -> "27"), or None when `text` is not one."""
+    """The value of a choice written with its letter (`\\textbf{(C)}~27`, `27 \\text{ (C)}` or
+    `\\text{(C) 27}` -> "27"), or None when `text` is not one."""
+    text = _unwrapped(text)
     choice = _AMC_CHOICE.match(text) or _TRAILING_CHOICE.match(text)
     return None if choice is None else choice.group(1).strip()
 
@@ -423,7 +506,7 @@ def choice_letter(text: str, *, whole: bool = False) -> str | None:
     """The multiple-choice letter that `text` starts with (`\\text{(B) } 12`, `(C) 27`, `B`) or
     ends with after its value (`27 \\text{ (C)}`), or None; with `whole`, only when the letter is
     all of `text` (a gold `B` or `(B)`)."""
-    text = unicode_digits(text.strip()).strip("$").strip()
+    text = _unwrapped(unicode_digits(text.strip()).strip("$").strip())
     match = _CHOICE.match(text)
     if match is None:
         trailing = None if whole else _TRAILING_CHOICE.match(text)
@@ -436,6 +519,7 @@ def choice_letter(text: str, *, whole: bool = False) -> str | None:
     return next(g for g in match.groups() if g)
 
 
+_LEADING_SPACE = re.compile(r"^(?:\\[,;:! ]|\\q?quad|~|\s)+")
 _NAME = r"[A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+(?:_\{?\w+\}?)?"
 _NAMED = re.compile(rf"^\s*({_NAME})\s*=\s*(.+?)\s*$", re.DOTALL)
 _NAMES_TUPLE = re.compile(rf"^\s*\\?\(\s*((?:{_NAME})(?:\s*,\s*(?:{_NAME}))+)\s*\\?\)\s*=\s*(.+)$")
@@ -453,6 +537,7 @@ def named_components(text: str) -> list[str] | None:
         pairs = list(zip(names, values, strict=True))
     else:
         parts = split_top_level(re.sub(r"\\text\{\s*and\s*\}|\band\b", ",", text))
+        parts = [_LEADING_SPACE.sub("", p) for p in parts]  # `x=3,\\ y=4`
         matches = [_NAMED.match(p) for p in parts if p]
         if len(matches) < 2 or any(m is None for m in matches):
             return None

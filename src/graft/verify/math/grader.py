@@ -1,5 +1,6 @@
 """The math graders: `verify_math` (a final boxed answer), `verify_math_answer_line` (or an answer
-line) and `verify_final_number` (the last integer), each `(response, gold, problem) -> Verdict`.
+line), their training verdicts `verify_math_strict` and `verify_math_answer_line_strict`, and
+`verify_final_number` (the last integer), each `(response, gold, problem) -> Verdict`.
 
 `verify_math` is stricter than math-verify 0.9.0 used as is (each point is a trap observed there,
 pinned by a test in tests/test_verify.py):
@@ -61,6 +62,17 @@ pinned by a test in tests/test_verify.py):
 - structure counts: a set never equals a tuple or an interval, and an equation answer counts only
   when its left side is a variable or the asked quantity (`8 = 7` is `wrong/equation` for 7).
 
+- the form the question asks for (`graft.verify.math.answer_form`: "to the nearest hundredth",
+  "as a mixed number", "in scientific notation", "what percent"...), and a big operator the gold
+  keeps (sigma notation, "do not evaluate"): a right value in another form is `no_answer/other`;
+  a decimal answer to an exact question (`problem_text.exact_question`) owes no rounding; a
+  computation the question spells in words (`three to the fifth power`) boxed in symbols copies
+  it; a unit word the question counts in, listed or not, is checked against the box's;
+- `verify_math_strict` is the training verdict (the `math` verifier): `verify_math`, and a right
+  final box followed by any other value withholds the reward (`no_answer/tail_value`,
+  `graft.verify.math.tail`); `verify_math` is the careful reading (`math_careful`), which
+  evaluation reports beside it.
+
 `verify_math_answer_line` (config `verify.extract: answer_line`) also reads responses without a
 box, from an "answer is X" / "Answer: X" last line (`graft.verify.math.answer.answer_line`).
 `verify_final_number` takes the last integer of the response (`final_number`).
@@ -76,17 +88,26 @@ from typing import Any
 
 from graft.types import Verdict, clip_detail
 from graft.verify.math import forms
-from graft.verify.math.answer import answer_line, final_boxes, final_number, offers_alternatives
+from graft.verify.math.answer import (
+    after_last_box,
+    answer_line,
+    final_boxes,
+    final_number,
+    offers_alternatives,
+)
+from graft.verify.math.answer_form import broken_form
 from graft.verify.math.choices import judge_choice, judge_or_list
 from graft.verify.math.commitment import APPROXIMATELY, commitment
 from graft.verify.math.problem_text import (
-    asked_form,
     asked_units,
     asks_for,
     asks_to_evaluate,
+    exact_question,
+    options,
     restates_problem,
 )
-from graft.verify.math.unevaluated import ignores_form, leftover_work
+from graft.verify.math.tail import other_value
+from graft.verify.math.unevaluated import leftover_work
 from graft.verify.math.values import (
     _is_number,
     _math,
@@ -120,7 +141,9 @@ def verify_final_number(response: str, gold: str, problem: str = "") -> Verdict:
 # ---------------------------------------------------------------------------- math
 
 
-def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str, problem: str) -> str:
+def _one_box_flaw(
+    gold: Any, pred: Any, box: str, gold_unit: str, problem: str, unit: str = ""
+) -> str:
     """Why one box is wrong whatever its value ("hedge", "equation", "unit"), or "". A box in a
     unit other than the gold's, or (gold without a unit) other than the one the problem asks
     for, is wrong."""
@@ -132,9 +155,10 @@ def _one_box_flaw(gold: Any, pred: Any, box: str, gold_unit: str, problem: str) 
     m = _math()
     if isinstance(pred, s.Basic) and m.grader.is_equation(pred) and not m.grader.is_equation(gold):
         lhs = m.grader.take_last_relation(pred).lhs
-        if not _names_a_quantity(lhs) and not asks_for(box.split("=")[0], problem):
+        left = forms.split_top_level(box, "=")[0]  # not an `=` in a subscript (`\\sum_{k=1}`)
+        if not _names_a_quantity(lhs) and not asks_for(left, problem):
             return "equation"  # `8 = 7` does not say the asked quantity is 7
-    unit = unit_of(box)
+    unit = unit or unit_of(box)
     wanted = [gold_unit] if gold_unit else asked_units(problem)
     if unit and wanted and not any(forms.same_unit(unit, w) for w in wanted):
         return "unit"
@@ -154,12 +178,20 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str
     """Verdict of the final answer given as one or several boxes (see the module docstring)."""
     if not all(boxes):
         return Verdict("no_answer", "empty", "empty_box")
+    named_unit, written = "", boxes[0]
     if len(boxes) == 1:
         if _is_number(gold_expr):
             boxes = (forms.unit_letter(boxes[0]),)  # `0.02m` for 0.02: m is a unit
         special = _one_box_special(gold_expr, boxes[0], gold, problem)
         if special is not None:
             return special
+        wanted = unit_of(gold) or next(iter(asked_units(problem)), "")
+        duration = forms.compound_time(boxes[0], wanted)  # `2 h 30 min` for 2.5 hours
+        if duration is not None:
+            boxes = (duration,)
+        if not unit_of(boxes[0]):  # `5 \\text{ apples}` for "how many apples"
+            value, named_unit = forms.asked_unit(boxes[0], asked_units(problem))
+            boxes = (value,)
     parsed = []
     for answer in boxes:
         try:
@@ -171,22 +203,31 @@ def _judge_boxes(gold_expr: Any, boxes: tuple[str, ...], gold: str, problem: str
                 "unparseable_answer",
             )
     if len(parsed) == 1:
-        flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], unit_of(gold), problem)
+        flaw = _one_box_flaw(gold_expr, parsed[0], boxes[0], unit_of(gold), problem, named_unit)
         if flaw:
-            return Verdict("wrong", clip_detail(f"{flaw}: {boxes[0]}"), flaw)
+            return Verdict("wrong", clip_detail(f"{flaw}: {written}"), flaw)
         answer = boxes[0]
-        right = math_equal(gold_expr, parsed[0]) or rounds_to_gold(
-            gold, gold_expr, parsed[0], answer
+        right = math_equal(gold_expr, parsed[0]) or (
+            _may_round(parsed[0], problem) and rounds_to_gold(gold, gold_expr, parsed[0], answer)
         )
         undone = _left_undone(answer, gold, problem) if right else ""
         if undone:
-            return Verdict("no_answer", clip_detail(f"{_UNEVALUATED}({undone}): {answer}"), "other")
-        return Verdict.judged(right, clip_detail(answer))
+            return Verdict(
+                "no_answer", clip_detail(f"{_UNEVALUATED}({undone}): {written}"), "other"
+            )
+        return Verdict.judged(right, clip_detail(written))
     detail = clip_detail(_SEVERAL_BOXES + " | ".join(boxes))
     pair = joint_answer(gold_expr, parsed)
     if pair is None:
         return Verdict("wrong", detail, "several_boxes")
     return Verdict.judged(math_equal(*pair), detail, "several_boxes")
+
+
+def _may_round(pred: Any, problem: str) -> bool:
+    """May a right answer differ from the gold by rounding? Not a decimal answer to a question
+    whose answer is exact (`problem_text.exact_question`): no rounding is owed there."""
+    s = _math().sympy
+    return not (isinstance(pred, s.Basic) and pred.has(s.Float) and exact_question(problem))
 
 
 def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdict | None:
@@ -199,7 +240,7 @@ def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdi
             if listed is not None
             else Verdict("wrong", clip_detail(f"hedge: {box}"), "hedge")
         )
-    if restates_problem(box, problem, same_value):
+    if restates_problem(box, problem, same_value) and not _an_option(box, problem):
         return Verdict("no_answer", clip_detail(f"{_RESTATED}{box}"), "other")
     choice = judge_choice(gold, box, problem)
     if choice is not None:
@@ -220,6 +261,12 @@ def _one_box_special(gold_expr: Any, box: str, gold: str, problem: str) -> Verdi
     return Verdict.judged(math_equal(*pair), clip_detail(box))
 
 
+def _an_option(box: str, problem: str) -> bool:
+    """Is the box one of the question's options as written there (`\\frac{\\sqrt{3}}{2}` from
+    "(B) $\\frac{\\sqrt{3}}{2}$"): picking an option is an answer, not a copy."""
+    return any(same_value(box, option) for option in options(problem).values())
+
+
 _SEVERAL_BOXES = "several boxes: "
 _RESTATED = "restates the problem: "
 _NO_BOX = "no closed final \\boxed{}"
@@ -232,13 +279,18 @@ def _left_undone(box: str, gold: str, problem: str) -> str:
     """The work a right box leaves undone that its gold does not (`\\sqrt{25 \\cdot 2}` for
     "Simplify", `\\frac{10}{12}` for "in lowest terms"), when the question asks to evaluate or
     simplify; a big operator (`\\sum`, `\\int`, `\\lim`) whatever it asks (with the question's
-    text: without it the operator is not told from a gold's own); a form other than the one it
-    asks for (`\\frac{1}{3}` for "as a repeating decimal"); "" otherwise."""
-    undone = leftover_work(forms.rewrite(box)) - leftover_work(forms.rewrite(gold))
+    text: without it the operator is not told from a gold's own); a big operator the gold keeps
+    and the box evaluates away (the setup is asked: sigma notation, "do not evaluate"); a form
+    other than the one the question asks for (`answer_form`); "" otherwise."""
+    box = forms.split_top_level(box, "=")[-1]  # `\\sum_{k=1}^{10} k = 55` is 55
+    box_work, gold_work = leftover_work(forms.rewrite(box)), leftover_work(forms.rewrite(gold))
+    undone = box_work - gold_work
     if not asks_to_evaluate(problem):
         undone &= {"operator"} if problem.strip() else set()
-    asked = asked_form(problem)
-    if asked and ignores_form(box, asked) and not ignores_form(gold, asked):
+    if "operator" in gold_work - box_work:
+        undone |= {"setup asked"}
+    asked = broken_form(box, gold, problem)
+    if asked:
         undone |= {f"{asked} asked"}
     return ", ".join(sorted(undone))
 
@@ -279,6 +331,23 @@ def _verify_math(response: str, gold: str, problem: str, *, extract: str) -> Ver
         return Verdict.raised(exc)
 
 
+def _strict(verdict: Verdict, response: str) -> Verdict:
+    """The training verdict from the careful one: a right final box followed by any other value
+    (`graft.verify.math.tail`) withholds the reward, as `no_answer/tail_value`."""
+    if not verdict.correct:
+        return verdict
+    boxes = final_boxes(response)
+    if boxes is None:
+        return verdict  # an answer line ends the response: nothing follows it
+    other = other_value(after_last_box(response), same_as(boxes, APPROXIMATELY))
+    if not other:
+        return verdict
+    return Verdict("no_answer", clip_detail(f"{_TAIL_VALUE}{other}"), "tail_value")
+
+
+_TAIL_VALUE = "another value after the box: "
+
+
 def verify_math(response: str, gold: str, problem: str = "") -> Verdict:
     """Judge a free-form math response by its final `\\boxed{}` answer against a LaTeX gold;
     `problem` (the question's text) lets it refuse a box that only copies the question and a
@@ -291,9 +360,26 @@ def verify_math_answer_line(response: str, gold: str, problem: str = "") -> Verd
     return _verify_math(response, gold, problem, extract="answer_line")
 
 
+def verify_math_strict(response: str, gold: str, problem: str = "") -> Verdict:
+    """The training verdict: `verify_math`, and a right final box followed by any other value
+    withholds the reward (`no_answer/tail_value`, `graft.verify.math.tail`)."""
+    return _strict(verify_math(response, gold, problem), response)
+
+
+def verify_math_answer_line_strict(response: str, gold: str, problem: str = "") -> Verdict:
+    """`verify_math_strict`, and for a response without a box, its "answer is X" last line."""
+    return _strict(verify_math_answer_line(response, gold, problem), response)
+
+
 MATH_REASONS: dict[str, tuple[str, ...]] = {
     "wrong": ("one_answer", "several_boxes", "hedge", "equation", "unit"),
     "no_answer": ("no_box", "empty_box", "unparseable_answer", "retracted", "other"),
     "error": ("unparseable_gold", "other"),
 }
 """The math verifiers' reasons, by category (what `Verdict.reason` names)."""
+
+STRICT_MATH_REASONS: dict[str, tuple[str, ...]] = {
+    **MATH_REASONS,
+    "no_answer": (*MATH_REASONS["no_answer"][:-1], "tail_value", "other"),
+}
+"""The training verdict's reasons: the careful ones and `tail_value` (`verify_math_strict`)."""

@@ -15,8 +15,9 @@
   undone is no answer: `graft.verify.math.unevaluated`); `asks_for`: an equation's left side is the
   quantity the question asks for (`a + b = 7` for "Find $a + b$"); `options`: the options of a
   multiple-choice question, by letter.
-- `asked_form`: the form a question asks for (`as a repeating decimal`, `as a common fraction`),
-  so that a right value in the other form is no answer (`graft.verify.math.unevaluated`).
+- `exact_question`: the question's answer is exact (it names only whole numbers and fractions,
+  nothing measured, irrational or approximate), so a decimal answer owes no rounding: `0.499` is
+  not `0.5` for the probability of heads.
 - `asked_units`: the units a question asks for (`in meters`, `how many seconds`), so that a value
   given in another unit (`2 \\text{ cm}` when meters are asked and the gold is `2`) is wrong.
 """
@@ -28,7 +29,14 @@ from collections import Counter
 from collections.abc import Callable
 from math import gcd
 
-from graft.verify.math.forms import UNITS, choice_letter, rewrite, split_unit
+from graft.verify.math.forms import (
+    NUMBER_WORDS,
+    TENS_WORDS,
+    UNITS,
+    choice_letter,
+    rewrite,
+    split_unit,
+)
 
 _MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _NOISE = re.compile(r"\\left|\\right|\\displaystyle|\\limits|\s+|\$")
@@ -83,6 +91,65 @@ def _expressions(problem: str) -> list[str]:
     return out
 
 
+_ONES = [w for w, n in NUMBER_WORDS.items() if n < 20]
+_NUMBER_WORD = {w: n for w, n in NUMBER_WORDS.items() if n < 100}
+_ORDINAL_WORD = {
+    "second": 2, "square": 2, "third": 3, "cube": 3, "fourth": 4, "fifth": 5, "sixth": 6,
+    "seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12,
+}  # fmt: skip
+_SPELLED_NUMBER = re.compile(
+    rf"\b(?:({'|'.join(TENS_WORDS)})(?:[- ]({'|'.join(_ONES[1:10])}))?"
+    rf"|({'|'.join(_ONES)}))\b",
+    re.IGNORECASE,
+)
+_N = r"(\d+)"
+_ORDINAL = rf"(?:{_N}(?:st|nd|rd|th)?|({'|'.join(_ORDINAL_WORD)}))"
+_SPOKEN_OPERATIONS = (
+    (re.compile(rf"{_N}\s+(?:raised\s+)?to\s+the\s+(?:power\s+of\s+)?{_ORDINAL}(?:\s+power)?",
+                re.I), "{0}^{{{1}}}"),
+    (re.compile(rf"{_N}\s+squared\b", re.I), "{0}^{{2}}"),
+    (re.compile(rf"{_N}\s+cubed\b", re.I), "{0}^{{3}}"),
+    (re.compile(rf"(?:the\s+)?square\s+root\s+of\s+{_N}", re.I), "\\sqrt{{{0}}}"),
+    (re.compile(rf"(?:the\s+)?cube\s+root\s+of\s+{_N}", re.I), "\\sqrt[3]{{{0}}}"),
+    (re.compile(rf"{_N}\s+factorial\b", re.I), "{0}!"),
+    (re.compile(rf"{_N}\s+choose\s+{_N}", re.I), "\\binom{{{0}}}{{{1}}}"),
+    (re.compile(rf"{_N}\s+(?:times|multiplied\s+by)\s+{_N}", re.I), "{0} \\times {1}"),
+    (re.compile(rf"{_N}\s+plus\s+{_N}", re.I), "{0} + {1}"),
+    (re.compile(rf"{_N}\s+minus\s+{_N}", re.I), "{0} - {1}"),
+    (re.compile(rf"{_N}\s+(?:divided\s+by|over)\s+{_N}", re.I), "\\frac{{{0}}}{{{1}}}"),
+    (re.compile(rf"(?:the\s+)?log(?:arithm)?\s+base\s+{_N}\s+of\s+{_N}", re.I),
+     "\\log_{{{0}}} {1}"),
+)  # fmt: skip
+
+
+def _ordinal_value(match: re.Match[str], group: int) -> str:
+    word = match.group(group + 1)
+    return match.group(group) if word is None else str(_ORDINAL_WORD[word.lower()])
+
+
+def in_symbols(problem: str) -> str:
+    """The problem with the computations it spells in words written as math too (`three to the
+    fifth power` -> `$3^{5}$`, `9 times 8` -> `$9 \\times 8$`, `the square root of 50`), so
+    that a box holding the question's own expression in another spelling is a copy of it."""
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(3):
+            return str(_NUMBER_WORD[m.group(3).lower()])
+        return str(
+            _NUMBER_WORD[m.group(1).lower()] + _NUMBER_WORD.get((m.group(2) or "zero").lower(), 0)
+        )
+
+    text = _SPELLED_NUMBER.sub(number, problem)
+    found = []
+    for pattern, template in _SPOKEN_OPERATIONS:
+        for m in pattern.finditer(text):
+            args = [g for g in m.groups() if g is not None]
+            if pattern is _SPOKEN_OPERATIONS[0][0]:
+                args = [m.group(1), _ordinal_value(m, 2)]
+            found.append("$" + template.format(*args) + "$")
+    return problem if not found else problem + " " + " ".join(found)
+
+
 def restates_problem(
     box: str, problem: str, same_value: Callable[[str, str], bool] | None = None
 ) -> bool:
@@ -92,6 +159,7 @@ def restates_problem(
     `same_value`, only the spelling counts."""
     if not problem.strip() or _literal(box):
         return False
+    problem = in_symbols(problem)
     spelled = _normal(box)
     if not spelled or spelled in _normal(problem):
         return bool(spelled)
@@ -106,16 +174,29 @@ def restates_problem(
 
 _ASKED = re.compile(
     r"\b(?:in|how\s+many|how\s+much|number\s+of)\s+(?:square\s+|cubic\s+)?"
-    r"([A-Za-z]+(?:/[A-Za-z]+)?)",
+    r"([A-Za-z]+(?:/[A-Za-z]+)?)"
+    r"(?P<end>(?=\s*(?:[?.,;:!)]|$)|\s+(?:is|are|was|were|does|do|did|will|would|can|could"
+    r"|should|has|have|had|of|per|at|for|on|to|in|there|remain\w*|left)\b))?",
     re.IGNORECASE,
 )
+_NOT_ASKED_WORDS = """total all general fact addition particular order terms form words simplest
+    lowest this that which it them each there here one sum common fraction decimal percent
+    notation"""
+_NOT_ASKED = frozenset(_NOT_ASKED_WORDS.split())
 
 
 def asked_units(problem: str) -> list[str]:
-    """The units the question asks its answer in (`in meters`, `how many seconds`), in order."""
-    return [
-        m.group(1) for m in _ASKED.finditer(problem) if len(m.group(1)) > 1 and m.group(1) in UNITS
-    ]
+    """The units a question asks its answer in, in order: a unit word (`in meters`, `how many
+    seconds`), or any word the question counts or measures in that ends its phrase (`how many
+    kWh does`, `how many erg is`, `in kWh.`, `how many apples are`), the list of units aside."""
+    found = []
+    for m in _ASKED.finditer(problem):
+        word = m.group(1)
+        if len(word) < 2:
+            continue
+        if word in UNITS or (m.group("end") is not None and word.lower() not in _NOT_ASKED):
+            found.append(word)
+    return found
 
 
 _OPTION = re.compile(
@@ -124,6 +205,7 @@ _OPTION = re.compile(
 )
 _OPTION_END = re.compile(r"\\q?quad|\$|\n|\\\\|\\\]|\\\)")
 _OPTION_SPACING = re.compile(r"^(?:\s|~|\\[,;: !]|\\hspace\{[^{}]*\})+|(?:\s|~|\\[,;: !]|[,;.])+$")
+_OPTION_MATH = re.compile(r"^\s*(?:\$|\\\()")
 
 
 def options(problem: str) -> dict[str, str]:
@@ -136,6 +218,8 @@ def options(problem: str) -> dict[str, str]:
         letter = next(g for g in mark.groups() if g)
         end = marks[i + 1].start() if i + 1 < len(marks) else len(problem)
         text = problem[mark.end() : end]
+        opened = _OPTION_MATH.match(text)  # `(B) $\\frac{\\sqrt{3}}{2}$`: the option's own math
+        text = text[opened.end() :] if opened else text
         cut = _OPTION_END.search(text)
         text = _OPTION_SPACING.sub("", text[: cut.start()] if cut else text)
         if letter not in found and text:
@@ -157,27 +241,6 @@ def asks_to_evaluate(problem: str) -> bool:
     """Does the question ask for a value worked out (`Simplify`, `Evaluate`, `Compute`, `in
     lowest terms`, `Express as a common fraction`), not merely for a quantity that is one?"""
     return _EVALUATE.search(problem) is not None
-
-
-_ASKED_DECIMAL = re.compile(
-    r"\b(?:as|in|to)\s+(?:an?\s+)?(?:repeating\s+|terminating\s+|exact\s+)?decimal\b"
-    r"(?!\s+(?:place|digit))|\bdecimal\s+(?:form|expansion|notation)\b"
-    r"|\bnearest\s+(?:tenth|hundredth|thousandth)",
-    re.IGNORECASE,
-)
-_ASKED_FRACTION = re.compile(
-    r"\b(?:as|in|to)\s+(?:an?\s+)?(?:common|simplified|reduced|proper|improper|irreducible)?"
-    r"\s*fraction\b|\bcommon\s+fraction\b",
-    re.IGNORECASE,
-)
-
-
-def asked_form(problem: str) -> str:
-    """The form the question asks its answer in: "decimal" (`as a repeating decimal`, `to the
-    nearest tenth`), "fraction" (`as a common fraction`), or "" (none, or both)."""
-    decimal = _ASKED_DECIMAL.search(problem) is not None
-    fraction = _ASKED_FRACTION.search(problem) is not None
-    return "decimal" if decimal and not fraction else "fraction" if fraction and not decimal else ""
 
 
 _ASK = re.compile(
@@ -214,3 +277,23 @@ def asks_for(expression: str, problem: str) -> bool:
 
 
 _MATH_COMMANDS = re.compile(r"\\(?:frac|dfrac|tfrac|sqrt|cdot|times|left|right|sin|cos|tan|log|ln)")
+
+
+_INEXACT = re.compile(
+    r"\d\.\d|\d[eE][-+]?\d|\\pi|π|\bpi\b|\\sqrt|√|\broots?\b|\\(?:sin|cos|tan|sec|csc|cot|log|ln|exp)\b"
+    r"|\b(?:sin|cos|tan|log|ln|exp)\b|\be\^|\\approx|≈|\b(?:approximat\w*|estimat\w*|round\w*|nearest"
+    r"|decimal|significant|about|roughly|circles?|circular|spheres?|spherical|radius|radii|diameter"
+    r"|circumference|cylinders?|cones?|arcs?|sectors?|hypotenuse|diagonal|angles?|degrees?|radians?"
+    r"|interest|compound\w*|growth|decay|half-life|logarithm\w*|irrational|speed|velocity"
+    r"|acceleration|measure\w*|physics|gravity)\b",
+    re.IGNORECASE,
+)
+
+
+def exact_question(problem: str) -> bool:
+    """Is the question's answer exact: a question (not empty) that names only whole numbers and
+    fractions, and nothing measured (a decimal), irrational (`\\pi`, a root, a circle, an angle,
+    a logarithm) or approximate (`about`, `round`, `nearest`)? A probability, a count, a mean of
+    given integers. A decimal answer to it owes no rounding: it is right only at the exact
+    value."""
+    return bool(problem.strip()) and _INEXACT.search(problem) is None

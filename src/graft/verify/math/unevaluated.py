@@ -7,9 +7,9 @@ work a spelling leaves undone; the verifier compares them with the gold's, so a 
 itself a power (`2^{64}`) or a logarithm (`\\log_2 3`) keeps answers of its own form right.
 
 A big operator left in the box (`\\sum_{k=1}^{10} k`, `\\int_0^1 2x\\,dx`, a limit) restates the
-computation whatever the question's words, and `ignores_form` finds a value written in the other
-form than the one the question asks for (`\\frac{1}{3}` for "as a repeating decimal", `0.5` for
-"as a common fraction"): the mirror of a fraction not in the lowest terms asked for.
+computation whatever the question's words; one the gold keeps and the box evaluates away asks for
+the setup (sigma notation, "set up but do not evaluate"). The forms a question asks for in words
+are `graft.verify.math.answer_form`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ _ARITHMETIC = re.compile(
     rf"(?<!\^\{{)(?<!_\{{)(?<![\w.^_\\]){_NUMBER}\s*(?:\\cdot|\\times|\\div|[*+\-÷×·])\s*"
     rf"{_NUMBER}(?![\w.^{{(\\])"
 )
-_FRACTION = re.compile(
+# A fraction of two integers, `\\frac{10}{12}` or `10/12` (also `answer_form`'s improper fractions).
+FRACTION = re.compile(
     r"\\[dt]?frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}|(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])"
 )
 _ROOT = re.compile(r"\\sqrt\s*(?:\[\s*(\d+)\s*\])?\s*(?:\{\s*(\d+)\s*\}|(\d))")
@@ -66,21 +67,6 @@ def _unreduced(match: re.Match[str]) -> bool:
     return den == 1 or math.gcd(num, den) > 1
 
 
-_FRACTION_SPELLING = re.compile(r"\\[dt]?frac|(?<![\d.])\d+\s*/\s*\d+")
-_DECIMAL_SPELLING = re.compile(r"\d?\.\d|\\overline")
-
-
-def ignores_form(text: str, asked: str) -> bool:
-    """Is `text` spelled in the other form than the one asked ("decimal": a fraction such as
-    `\\frac{1}{3}` for "as a repeating decimal"; "fraction": a decimal such as `0.5` for "as a
-    common fraction")?"""
-    if asked == "decimal":
-        return _FRACTION_SPELLING.search(text) is not None
-    if asked == "fraction":
-        return _DECIMAL_SPELLING.search(text) is not None
-    return False
-
-
 def leftover_work(text: str) -> frozenset[str]:
     """The kinds of work `text` leaves undone: "arithmetic" (`25 \\cdot 2`), "fraction" (not in
     lowest terms), "root" (a square factor left inside, `\\sqrt{50}`), "power" of a number other
@@ -89,7 +75,7 @@ def leftover_work(text: str) -> frozenset[str]:
     kinds = set()
     if _ARITHMETIC.search(text):
         kinds.add("arithmetic")
-    if any(_unreduced(m) for m in _FRACTION.finditer(text)):
+    if any(_unreduced(m) for m in FRACTION.finditer(text)):
         kinds.add("fraction")
     for root in _ROOT.finditer(text):
         if _has_power_factor(int(root.group(2) or root.group(3)), int(root.group(1) or 2)):

@@ -192,6 +192,30 @@ def _forms_equal(gold: Any, pred: Any) -> bool | None:
     return None
 
 
+def _percent_number(expr: Any) -> Any:
+    """N of a percentage `N\\%` (parsed as N * UnevaluatedExpr(1/100)), or None."""
+    s = _math().sympy
+    if not (isinstance(expr, s.Mul) and expr.has(s.UnevaluatedExpr)):
+        return None
+    rest = [a for a in expr.args if not isinstance(a, s.UnevaluatedExpr)]
+    if len(rest) != len(expr.args) - 1 or not all(_is_number(a) for a in rest):
+        return None
+    return s.Mul(*rest)
+
+
+def _percents_equal(gold: Any, pred: Any) -> bool | None:
+    """A percentage against a number: equal when the number is its N (`12.5` for `12.5\\%`) or
+    its value N/100 (`0.125`); None when neither side is a percentage of a number beside a
+    number (math-verify's own rules apply then)."""
+    g, p = _percent_number(gold), _percent_number(pred)
+    if (g is None) == (p is None):
+        return None
+    number, other = (g, pred) if g is not None else (p, gold)
+    if not _is_number(other):
+        return None
+    return _numbers_equal(number, other) or _numbers_equal(number / 100, other)
+
+
 def math_equal(gold: Any, pred: Any) -> bool:
     """Is the parsed answer `pred` equal to the parsed `gold`? (See the module docstring.)"""
     special = _forms_equal(gold, pred)
@@ -206,6 +230,9 @@ def math_equal(gold: Any, pred: Any) -> bool:
         g = m.grader.take_last_relation(g).rhs
     if _is_number(g) and _is_number(p):
         return _numbers_equal(g, p)
+    percent = _percents_equal(g, p)
+    if percent is not None:
+        return percent
     strict = _containers_equal(g, p)
     if strict is not None:
         return strict
@@ -262,7 +289,7 @@ def rounds_to_gold(gold: str, gold_expr: Any, pred: Any, answer: str = "") -> bo
     answer with fewer digits (three or more), does the gold round to the answer? A decimal gold of
     one or two digits is read with one digit more (`0.02` as 0.020: `0.0199` is right, `0.024`
     is not). `answer` is the answer's spelling (its digits count; a trailing unit aside)."""
-    digits = forms.significant_digits(gold)
+    digits = forms.significant_digits(forms.split_unit(forms.rewrite(gold))[0])
     if digits is None or not (_is_number(gold_expr) and _is_number(pred)):
         return False
     decimal = pred.has(_math().sympy.Float)
