@@ -299,6 +299,11 @@ def test_the_training_verdict_is_the_careful_one_unless_a_value_follows_a_right_
         (" ≈ 7.07", "7.0710678", ""),
         (" ≈ 7.2", "7.0710678", "7.2"),
         (". In 2 steps we are done.", "12", "2"),
+        (". That is 6! = 720.", "720", ""),
+        (". Note that 12 = 3 \\cdot 4.", "12", ""),
+        (". Note that 12 = 3 \\cdot 4 or 13.", "12", "13"),
+        (". Indeed 13 = 12.", "12", "13"),
+        (". Die Probe: 3 mal 4 ist 12.", "12", ""),
         ("", "12", ""),
     ],
 )

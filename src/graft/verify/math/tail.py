@@ -13,7 +13,7 @@ A value after the box is the box's own, not another candidate, when:
   approximation (`≈ 7.07` after `5\\sqrt{2}`, `commitment.APPROXIMATELY`);
 - it is `X in Y` or `X out of Y` of the box's value (`1 in 4` after `\\frac{1}{4}`);
 - it is an operand of a computation whose result is the box's value (`3 × 4 = 12`,
-  `3 + 4 + 5 is 12`).
+  `3 + 4 + 5 is 12`, `6! = 720`, `√50 ≈ 7.07`, `12 = 3 \\cdot 4`).
 
 Everything else that is a number is another candidate: digits (`13`, `0.5`, `\\frac{1}{3}`,
 `25%`) and number words from two to a million (`the count doubles to twelve`). Its cost: a tail
@@ -36,16 +36,18 @@ _THOUSANDS = re.compile(r"[-−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _RATIO = re.compile(r"(?<![\w.])(\d+)\s+(?:in|out\s+of)\s+(\d+)(?!\w|\.\d)", re.IGNORECASE)
 _WORDS = {w: n for w, n in NUMBER_WORDS.items() if w != "one"}  # `one could argue`: no value
 _NUMBER_WORD = re.compile(rf"\b(?:{'|'.join(_WORDS)})\b", re.IGNORECASE)
-_OPERAND = r"[-−]?\d+(?:\.\d+)?"
+_TERM = r"\(?\s*(?:\\sqrt\s*)?[-−]?\d+(?:\.\d+)?\s*!?\s*\)?"
+_FUNCTION = r"\\sqrt\s*\d+(?:\.\d+)?|\d+\s*!"
 _OPERATOR = (
     r"(?:[-+*/×÷·^x]|\\times|\\cdot|\\div"
-    r"|\b(?:times|plus|minus|over|divided\s+by|multiplied\s+by)\b)"
+    r"|\b(?:times|plus|minus|over|divided\s+by|multiplied\s+by|mal|fois)\b)"
 )
-_COMPUTATION = re.compile(
-    rf"(?:\(?\s*{_OPERAND}\s*\)?\s*{_OPERATOR}\s*)+\(?\s*{_OPERAND}\s*\)?\s*"
-    r"(?:=|\bis\b|\bequals\b|\bgives\b|\bmakes\b)\s*$",
-    re.IGNORECASE,
-)
+_CHAIN = rf"(?:(?:{_TERM}\s*{_OPERATOR}\s*)+{_TERM}|{_FUNCTION})"
+_RELATION = r"(?:=|≈|\\approx|\b(?:is|equals|gives|makes|ist|est)\b)"
+_BEFORE = re.compile(rf"{_CHAIN}\s*{_RELATION}\s*$", re.IGNORECASE)
+_AFTER = re.compile(rf"\s*{_RELATION}\s*{_CHAIN}", re.IGNORECASE)
+"""A computation whose result is the box's value, before it (`3 × 4 = 12`, `6! = 720`,
+`\\sqrt 50 ≈ 7.07`) or after it (`12 = 3 \\cdot 4`): its operands are the box's own."""
 
 
 def _values(tail: str) -> list[tuple[int, int, str]]:
@@ -71,11 +73,14 @@ def other_value(tail: str, same: Callable[[str], bool]) -> str:
     text = plain_text(tail)
     values = _values(text)
     excused: list[tuple[int, int]] = []
-    for start, _, value in values:
-        if same(value):
-            computation = _COMPUTATION.search(text[:start])
-            if computation is not None:
-                excused.append((computation.start(), start))
+    for start, end, value in values:
+        if same(value) or same(APPROXIMATELY + value):
+            before = _BEFORE.search(text[:start])
+            if before is not None:
+                excused.append((before.start(), start))
+            after = _AFTER.match(text, end)
+            if after is not None:
+                excused.append((end, after.end()))
     for start, _, value in values:
         if any(s <= start < e for s, e in excused) or same(value):
             continue
