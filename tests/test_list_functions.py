@@ -39,7 +39,7 @@ def test_a_problem_reads_as_words_and_its_program_as_one_line():
 
 
 def test_the_problem_space_and_the_splits_are_disjoint_and_deterministic():
-    assert [len(all_specs(r)) for r in SKILLS] == [1092, 1092]
+    assert [len(all_specs(r)) for r in SKILLS] == [1092, 1092, 1001]
     a, b = task(), task()
     assert [p.id for p in a.train_problems()] == [p.id for p in b.train_problems()]
     sizes = (len(a.train_problems()), len(a.test_problems()), len(a.val_problems()))
@@ -75,8 +75,23 @@ def test_pretraining_noise_is_a_plausible_program_that_is_not_the_reference():
 
 
 def test_an_unknown_reducer_is_refused_naming_the_key():
-    with pytest.raises(ConfigError, match=r"task\.list_functions\.skills: unknown skill 'max'"):
-        task(skills=("list", "max"))
+    with pytest.raises(ConfigError, match=r"task\.list_functions\.skills: unknown skill 'min'"):
+        task(skills=("list", "min"))
+
+
+@needs_sandbox
+def test_the_third_reducer_is_max_and_its_references_pass_while_the_others_do_not():
+    t = task(skills=("list", "sum", "max"), num_train=300, num_test=30, num_val=30)
+    assert {p.skill for p in t.test_problems()} == {"list", "sum", "max"}
+    assert not [s for s in all_specs("max") if s.filter == "gt" and s.k == 8]
+    spec = Spec("max", "gt", 3, "mul", 2)
+    assert spec.prompt() == "f(xs): max of v*2 for v>3"
+    assert spec.program() == "def f(xs):\n    return max(v*2 for v in xs if v>3)\n"
+    assert spec.apply([1, 5, 4, 2]) == 10
+    for p in [p for p in t.test_problems() if p.skill == "max"][:6]:
+        assert verify_code(t.solution(p), p.gold).category == "correct"
+        as_sum = t.solution(p).replace("return max(", "return sum(")
+        assert verify_code(as_sum, p.gold).category == "wrong"
 
 
 @needs_sandbox

@@ -181,6 +181,50 @@ def test_a_third_model_samples_only_itself(tmp_path):
     assert {"third->llama", "llama->third", "qwen->third"} <= set(summary["directions"])
 
 
+@pytest.mark.timeout(600)
+def test_a_held_out_split_probes_only_its_prompts_and_keeps_its_own_cache(tmp_path):
+    """--split val draws every prompt from the task's validation split (none from training), and
+    its rollouts are cached apart from the training prompts' of the same models."""
+    from graft.config import ArithmeticConfig
+    from graft.tasks.arithmetic import ArithmeticTask
+
+    out = tmp_path / "probe"
+    base = ["probe", "--config", "configs/graft_tiny.yaml", "--steps", "2", "--out", str(out)]
+    base += ["--set", "rollout.prompts_per_step=4", "--set", "run.backend=inprocess"]
+    assert main([*base, "--split", "val"]) == 0
+    seen = set()
+    for step in sorted((out / "cache").glob("llama-*/step_*.json")):
+        seen |= {r["problem"]["prompt"] for r in json.loads(step.read_text())}
+    task = ArithmeticTask(ArithmeticConfig(skills=("add:2,2",)))
+    val = {p.prompt for p in task.val_problems()}
+    train = {p.prompt for p in task.train_problems()}
+    assert len(seen) == 8 and seen <= val and not seen & train
+    assert main(base) == 0  # the training prompts: sampled again, not read from the val cache
+    assert json.loads((out / "probe.json").read_text())["raw"]["sampled_steps"]["llama"] == 2
+
+
+def test_per_skill_shares_by_hand():
+    """Two steps of three prompts, n = 4: a's whole group fails on both `sum` prompts, on one of
+    them while b's group is mixed; b fails every `list` prompt, on two while a's is mixed."""
+    from graft.evidence.probe import skill_summary
+    from graft.evidence.probe_report import skill_lines
+
+    raw = {"names": ["a", "b"], "n": 4, "steps": [
+        {"correct": {"a": [2, 0, 4], "b": [0, 2, 0]}, "skills": ["list", "sum", "list"]},
+        {"correct": {"a": [0, 1, 0], "b": [4, 0, 0]}, "skills": ["sum", "list", "list"]},
+    ]}  # fmt: skip
+    got = skill_summary(raw)
+    assert got["a"]["sum"] == {"prompts": 2, "all_fail": 1.0, "fail_peer_mixed": 0.5}
+    assert got["a"]["list"] == {"prompts": 4, "all_fail": 0.25, "fail_peer_mixed": 0.0}
+    assert got["b"]["list"] == {"prompts": 4, "all_fail": 1.0, "fail_peer_mixed": 0.5}
+    assert got["b"]["sum"] == {"prompts": 2, "all_fail": 0.0, "fail_peer_mixed": 0.0}
+    lines = skill_lines(got)
+    assert lines[2] == "| a | 25% / 0% | 100% / 50% |"
+    assert lines[-1] == "Prompts per skill: list 4, sum 2."
+    one_skill = {**raw, "steps": [{**st, "skills": ["x"] * 3} for st in raw["steps"]]}
+    assert skill_summary(one_skill) == {}
+
+
 def _one_line_error(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -200,6 +244,13 @@ def test_bad_arguments_end_in_one_line(tmp_path, capsys):
     assert "no-such-preset" in line
     line = _one_line_error(capsys, [*base, "--n", "-1"])
     assert "--n" in line
+    from graft.config import ArithmeticConfig, ConfigError
+    from graft.evidence.probe import held_out
+    from graft.tasks.arithmetic import ArithmeticTask
+
+    empty = ArithmeticTask(ArithmeticConfig(num_val=0))
+    with pytest.raises(ConfigError, match="--split val: the task has no val problems"):
+        held_out(empty, "val")
 
 
 # ------------------------------------------------- during training: is each policy learning?

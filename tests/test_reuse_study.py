@@ -35,10 +35,11 @@ def test_each_arm_trains_against_the_log_and_records_the_design_names(tmp_path):
     assert controls["ctl_success_only"].replacement == "success_only"
     assert controls["ctl_no_weight"].weight == "none"
     assert controls["ctl_unclipped"].peer_update == "unclipped"
-    args = sample_args(out, 13, "final", "qwen")
+    grpo, log = out / "code/seed_13/grpo", out / "code/seed_13/logs/final_qwen"
+    args = sample_args(grpo, log, 13, "final", "qwen")
     assert args[:2] == ["--run", str(out / "code/seed_13/grpo")] and "--steps-of" in args
     assert args[args.index("--seed") + 1] == "13" and args[args.index("--n") + 1] == "8"
-    assert sample_args(out, 13, "pre", "qwen")[:2] == [
+    assert sample_args(grpo, log, 13, "pre", "qwen")[:2] == [
         "--config", str(out / "code/seed_13/grpo/config.yaml")
     ]  # fmt: skip
 

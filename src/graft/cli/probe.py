@@ -41,6 +41,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--n", type=int, default=0, help="responses per prompt (default: the config's)")
     p.add_argument("--limit", type=int, default=0, help="the first N problems of the data")
     p.add_argument(
+        "--split",
+        choices=("train", "val", "test"),
+        default="train",
+        help="the task's split whose prompts are probed (default: train, the run's own; val or "
+        "test: prompts the models were not trained on)",
+    )
+    p.add_argument(
         "--steps",
         type=int,
         default=0,
@@ -81,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
         shutil.rmtree(cache)
     start = time.perf_counter()
-    raw = run_probe(cfg, steps=steps, limit=args.limit, cache_dir=cache)
+    raw = run_probe(cfg, steps=steps, limit=args.limit, cache_dir=cache, split=args.split)
     seconds = time.perf_counter() - start
     summary = summarize(raw, cfg)
     print(write_report(raw, summary, out, seconds=seconds))

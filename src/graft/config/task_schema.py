@@ -102,7 +102,8 @@ class CodeDataConfig:
 @dataclass(frozen=True)
 class ListFunctionsConfig:
     skills: tuple[str, ...] = ("list", "sum")
-    """Reducers, mixed evenly: `list` (`[v*3 for v in xs if v>4]`) and `sum` (`sum(...)`)."""
+    """Reducers, mixed evenly: `list` (`[v*3 for v in xs if v>4]`), `sum` (`sum(...)`) and
+    `max` (`max(...)`, the third skill of the three-model study)."""
     num_train: int = 1600
     """Training problems (at most 1092 per skill, less the test and validation problems)."""
     num_test: int = 200

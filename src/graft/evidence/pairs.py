@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from graft.models.tiny import MUL_SKILLS
-from graft.tasks.list_functions import SKILLS as CODE_SKILLS
 
 MODELS = ("llama", "qwen")
 
@@ -86,7 +85,7 @@ PAIRS = {
         "character tokenizer, strong on the `list` reducer; qwen: Qwen2 + BPE, strong on `sum`), "
         "writing one-line Python functions over a list of digits, each program run in the "
         "sandbox against four tests.",
-        skills=CODE_SKILLS,
+        skills=("list", "sum"),
         regimes={"code": {"llama": "llama-char-code-list", "qwen": "qwen2-bpe-code-sum"}},
         regime_text={
             "code": "pre-trained 99.5/0.5 (llama) and 0.5/99.5 (qwen) on the `list` / `sum` "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from graft.evidence.forecast import (
     verdict,
 )
 from graft.evidence.regime import is_count
+from graft.tasks import Task
+from graft.types import Problem
 
 
 def _model_entry(spec: str, base: dict[str, Any] | None, index: int) -> dict[str, Any]:
@@ -86,6 +88,19 @@ def default_steps(cfg: Config, limit: int) -> int:
     return -(-limit // per_step) if limit else 10
 
 
+SPLITS = ("train", "val", "test")
+
+
+def held_out(task: Task, split: str) -> tuple[Problem, ...]:
+    """The problems of one of the task's held-out splits (`val` or `test`), refused when empty."""
+    if split not in SPLITS:
+        raise ConfigError(f"graft probe: --split must be one of {list(SPLITS)}, got {split!r}")
+    problems = task.val_problems() if split == "val" else task.test_problems()
+    if not problems:
+        raise ConfigError(f"graft probe: --split {split}: the task has no {split} problems")
+    return problems
+
+
 def run_probe(
     cfg: Config,
     *,
@@ -93,9 +108,12 @@ def run_probe(
     limit: int = 0,
     progress: bool = True,
     cache_dir: Path | None = None,
+    split: str = "train",
 ) -> dict[str, Any]:
     """Sample, verify and exchange for `steps` steps without training; the counts per step.
-    With `cache_dir`, each model's rollouts are kept there per step and reused (probe_cache)."""
+    With `cache_dir`, each model's rollouts are kept there per step and reused (probe_cache).
+    `split`: the task's split the prompts are drawn from (`val` or `test`: prompts no model
+    was trained on, where the task has them)."""
     from tqdm import tqdm
 
     from graft.evidence.probe_cache import RolloutCache
@@ -103,13 +121,15 @@ def run_probe(
 
     trainer = Trainer(cfg)
     try:
+        if split != "train":
+            trainer.train_problems = held_out(trainer.task, split)
         if limit:
             trainer.train_problems = trainer.train_problems[:limit]
         workers = trainer.backend.describe()
         cache = None
         if cache_dir is not None:
             revisions = {name: w.get("model_revision", "") for name, w in workers.items()}
-            cache = RolloutCache(cache_dir, cfg, revisions, limit=limit)
+            cache = RolloutCache(cache_dir, cfg, revisions, limit=limit, split=split)
         records, sampled = [], {name: 0 for name in trainer.names}
         start = time.perf_counter()
         for step in tqdm(range(steps), desc="probe", unit="step", disable=not progress):
@@ -129,7 +149,10 @@ def run_probe(
                 for (a, b), d in outcome.directions.items()
             }
             correct = {name: [g.num_correct for g in gs] for name, gs in groups.items()}
-            records.append({"step": step, "correct": correct, "directions": directions})
+            skills = [g.problem.skill for g in groups[trainer.names[0]]]
+            records.append(
+                {"step": step, "correct": correct, "skills": skills, "directions": directions}
+            )
         seconds = time.perf_counter() - start
     finally:
         trainer.close()
@@ -180,4 +203,30 @@ def summarize(raw: dict[str, Any], cfg: Config) -> dict[str, Any]:
         "models": models,
         "directions": directions,
         "verdicts": verdicts,
+        "skills": skill_summary(raw),
     }
+
+
+def skill_summary(raw: Mapping[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per model and skill (where the prompts have more than one): the share of prompts whose
+    whole group fails, and of those where the model fails and some other model's group is mixed
+    (what the gate can graft from)."""
+    names, n = raw["names"], raw["n"]
+    rows: dict[str, list[dict[str, int]]] = {}
+    for st in raw["steps"]:
+        for i, skill in enumerate(st.get("skills", [])):
+            rows.setdefault(skill, []).append({m: st["correct"][m][i] for m in names})
+    if len(rows) < 2:
+        return {}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for m in names:
+        out[m] = {}
+        for skill, groups in sorted(rows.items()):
+            fail = [g for g in groups if g[m] == 0]
+            rescue = [g for g in fail if any(0 < g[p] < n for p in names if p != m)]
+            out[m][skill] = {
+                "prompts": len(groups),
+                "all_fail": len(fail) / len(groups),
+                "fail_peer_mixed": len(rescue) / len(groups),
+            }
+    return out

@@ -53,13 +53,20 @@ def from_json(d: Mapping[str, Any]) -> Rollout:
 
 class RolloutCache:
     def __init__(
-        self, root: Path, cfg: Config, revisions: Mapping[str, str], *, limit: int = 0
+        self,
+        root: Path,
+        cfg: Config,
+        revisions: Mapping[str, str],
+        *,
+        limit: int = 0,
+        split: str = "train",
     ) -> None:
         common = {
             "rollout": to_dict(cfg.rollout),
             "seed": cfg.run.seed,
             "task": to_dict(cfg.task),
             "limit": limit,
+            **({"split": split} if split != "train" else {}),  # train: the keys of before
         }
         self.dirs: dict[str, Path] = {}
         for m in cfg.models:

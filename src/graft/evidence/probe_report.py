@@ -142,6 +142,27 @@ def direction_lines(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+SKILL_MEANING = (
+    "Per model and skill, the share of prompts on which the model's whole group fails, and of "
+    "prompts on which it fails while another model's group is mixed: where GRAFT can graft "
+    "(before the compatibility weight)."
+)
+
+
+def skill_lines(skills: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
+    names = list(skills)
+    keys = list(next(iter(skills.values())))
+    head = "| model | " + " | ".join(f"{k}: all fail / fail, peer mixed" for k in keys) + " |"
+    lines = [head, "|---" * (len(keys) + 1) + "|"]
+    for m in names:
+        cells = [
+            f"{skills[m][k]['all_fail']:.0%} / {skills[m][k]['fail_peer_mixed']:.0%}" for k in keys
+        ]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    prompts = ", ".join(f"{k} {skills[names[0]][k]['prompts']}" for k in keys)
+    return [*lines, "", f"Prompts per skill: {prompts}."]
+
+
 def markdown(summary: Mapping[str, Any], *, seconds: float) -> str:
     text = [
         f"# graft probe: {summary['prompts']} prompts ({summary['steps']} steps), "
@@ -164,6 +185,8 @@ def markdown(summary: Mapping[str, Any], *, seconds: float) -> str:
         *resample_lines(summary),
         "",
     ]
+    if summary.get("skills"):
+        text += ["## Per skill", "", SKILL_MEANING, "", *skill_lines(summary["skills"]), ""]
     if summary["directions"]:
         text += ["## Directions", "", *direction_lines(summary), ""]
     text.append(

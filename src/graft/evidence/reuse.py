@@ -135,13 +135,14 @@ def stored_config(s: DemoSettings, out: Path, seed: int, arm: str, receiver: str
     return load_config(Config, None, sets)
 
 
-def sample_args(out: Path, seed: int, kind: str, peer: str) -> list[str]:
-    """`graft sample`'s arguments for one frozen log."""
-    grpo = seed_dir(out, seed) / "grpo"
+def sample_args(grpo: Path, log: Path, seed: int, kind: str, peer: str) -> list[str]:
+    """`graft sample`'s arguments for one frozen log of `peer` into `log`: from the step-40
+    checkpoint of the GRPO run `grpo` (`final`) or from its pre-trained model (`pre`), over the
+    prompts that run drew, n = 8, sampling seed `seed`."""
     where = ["--run", str(grpo)] if kind == "final" else ["--config", str(grpo / "config.yaml")]
     return [
         *where, "--policy", peer, "--steps-of", str(grpo), "--n", str(LOG_N),
-        "--seed", str(seed), "--workers", "2", "--out", str(log_dir(out, seed, kind, peer)),
+        "--seed", str(seed), "--workers", "2", "--out", str(log),
     ]  # fmt: skip
 
 
@@ -152,13 +153,11 @@ def _sample_done(path: Path, args: list[str]) -> bool:
         return False
 
 
-def make_log(out: Path, seed: int, kind: str, peer: str) -> None:
+def run_log(args: list[str], path: Path) -> None:
     """One frozen log, unless it is done (a killed sampling resumes where it stopped): the
-    `graft sample` command, in a process of its own."""
+    `graft sample` command with `args`, in a process of its own, writing into `path`."""
     from graft.evidence.recorded import source_commit
 
-    args = sample_args(out, seed, kind, peer)
-    path = log_dir(out, seed, kind, peer)
     if _sample_done(path, args):
         return
     start = time.perf_counter()
@@ -167,6 +166,11 @@ def make_log(out: Path, seed: int, kind: str, peer: str) -> None:
     done = {"args": args, "seconds": round(time.perf_counter() - start, 1),
             "commit": source_commit()}  # fmt: skip
     (path / "done.json").write_text(json.dumps(done))
+
+
+def make_log(out: Path, seed: int, kind: str, peer: str) -> None:
+    grpo, log = seed_dir(out, seed) / "grpo", log_dir(out, seed, kind, peer)
+    run_log(sample_args(grpo, log, seed, kind, peer), log)
 
 
 def jobs(s: DemoSettings, out: Path) -> list[tuple[str, Callable[[], None]]]:
@@ -201,14 +205,13 @@ def jobs(s: DemoSettings, out: Path) -> list[tuple[str, Callable[[], None]]]:
     return out_jobs
 
 
-def run_reuse(out: Path, s: DemoSettings | None = None) -> dict[str, float]:
-    """Run (or reuse) every unit; the seconds spent on each unit this time."""
+def run_jobs(todo: list[tuple[str, Callable[[], None]]], desc: str) -> dict[str, float]:
+    """Run (or reuse) every unit of a study in order, with a progress bar; the seconds spent on
+    each unit this time."""
     from tqdm.auto import tqdm
 
-    s = s or settings()
-    todo = jobs(s, out)
     spent = {}
-    with tqdm(total=len(todo), desc="reuse study", dynamic_ncols=True) as bar:
+    with tqdm(total=len(todo), desc=desc, dynamic_ncols=True) as bar:
         for name, run in todo:
             bar.set_postfix_str(name)
             start = time.perf_counter()
@@ -216,6 +219,11 @@ def run_reuse(out: Path, s: DemoSettings | None = None) -> dict[str, float]:
             spent[name] = round(time.perf_counter() - start, 1)
             bar.update(1)
     return spent
+
+
+def run_reuse(out: Path, s: DemoSettings | None = None) -> dict[str, float]:
+    """Run (or reuse) every unit; the seconds spent on each unit this time."""
+    return run_jobs(jobs(s or settings(), out), "reuse study")
 
 
 def all_configs(s: DemoSettings, out: Path) -> list[Config]:

@@ -166,3 +166,24 @@ TINY_PRESETS["qwen2-bpe-code-sum"] = TinySpec(
 # Barely trained stand-ins of the code pair (the demo's tests: they check the pipeline, not GRAFT).
 for _name in ("llama-char-code-list", "qwen2-bpe-code-sum"):
     TINY_PRESETS[f"{_name}-quick"] = dataclasses.replace(TINY_PRESETS[_name], pretrain_steps=30)
+# The three-model study (docs/evidence.md, "Three models"): the list-functions task with a third
+# reducer, `max`, and a third family, GPT-2 + byte-level BPE (GPT-2's pre-tokenization). Each
+# model is pre-trained 99/0.5/0.5 on its own reducer and the other two; llama and qwen as the
+# code pair's (the same recipe on the three-reducer task), gpt2 less far (`TRIO_GPT2_STEPS`), so
+# that its own skill still rises under GRPO and a log of it ages.
+TRIO_TASK = ListFunctionsConfig(
+    skills=("list", "sum", "max"), num_train=2400, num_test=300, num_val=300
+)
+TRIO_GPT2_STEPS = 200
+TINY_PRESETS["llama-char-trio-list"] = TinySpec(
+    arch="llama", tokenizer="char", task=TRIO_TASK, skill_weights=(0.99, 0.005, 0.005),
+    seed=31, **_CODE,
+)  # fmt: skip
+TINY_PRESETS["qwen2-bpe-trio-sum"] = TinySpec(
+    arch="qwen2", tokenizer="bpe", task=TRIO_TASK, skill_weights=(0.005, 0.99, 0.005),
+    seed=32, **_CODE,
+)  # fmt: skip
+TINY_PRESETS["gpt2-bpe-trio-max"] = TinySpec(
+    arch="gpt2", tokenizer="bpe", task=TRIO_TASK, skill_weights=(0.005, 0.005, 0.99),
+    seed=33, **{**_CODE, "pretrain_steps": TRIO_GPT2_STEPS},
+)  # fmt: skip

@@ -13,13 +13,16 @@ a map and a reducer:
 
 - filter: every v, `even v`, `odd v`, `v>K` (K in 0..8);
 - map: `v`, `v*v`, `v*K` (2..9), `v+K` (1..9), `v*K+J` (2..9, 1..9);
-- reducer, the skill: `list` (`[... for v in xs if ...]`) or `sum` (`sum(... for ...)`).
+- reducer, the skill: `list` (`[... for v in xs if ...]`), `sum` (`sum(... for ...)`) or
+  `max` (`max(... for ...)`: the filter keeps at least one value of every test list, so it is
+  always defined). The default task has `list` and `sum`; `max` is the third reducer of the
+  three-model study (docs/evidence.md).
 
-Each of the two skills has 12 x 91 = 1092 problems. The held-out test split is drawn first, then
-the training split, then a validation split; the three never share a prompt. Tests are lists of
-0..9 drawn from the problem's own seed, chosen so that the filter keeps some but not all of each
-list and the four answers are not all equal, and computed here, in plain Python, from the
-problem's parts (never by running a program).
+`list` and `sum` have 12 x 91 = 1092 problems each, `max` 11 x 91 = 1001 (no `v>8`). The
+held-out test split is drawn first, then the training split, then a validation split; the three
+never share a prompt. Tests are lists of 0..9 drawn from the problem's own seed, chosen so that
+the filter keeps some but not all of each list and the four answers are not all equal, and
+computed here, in plain Python, from the problem's parts (never by running a program).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from graft.tasks.splits import SplitTask
 from graft.types import Problem
 from graft.verify.code.verifier import CodeTests
 
-SKILLS = ("list", "sum")
+SKILLS = ("list", "sum", "max")
+"""Every reducer the task knows (`ListFunctionsConfig.skills` picks some)."""
+_WRAP = {"sum": "sum({})", "max": "max({})", "list": "[{}]"}
 TESTS_PER_PROBLEM = 4
 FUNCTION = "f"
 
@@ -48,7 +53,7 @@ class Skill:
 @dataclass(frozen=True)
 class Spec:
     """One problem: a filter (`all`, `even`, `odd`, `gt`), a map (`id`, `sq`, `mul`, `add`,
-    `muladd`) with its constants, and a reducer (`list`, `sum`)."""
+    `muladd`) with its constants, and a reducer (`list`, `sum`, `max`)."""
 
     reducer: str
     filter: str
@@ -73,7 +78,9 @@ class Spec:
 
     def apply(self, xs: list[int]) -> int | list[int]:
         out = [self.value(v) for v in xs if self.keeps(v)]
-        return sum(out) if self.reducer == "sum" else out
+        if self.reducer == "list":
+            return out
+        return sum(out) if self.reducer == "sum" else max(out)
 
     def expr(self) -> str:
         return {"id": "v", "sq": "v*v", "mul": f"v*{self.a}", "add": f"v+{self.a}",
@@ -89,8 +96,7 @@ class Spec:
 
     def program(self) -> str:
         body = f"{self.expr()} for v in xs{self.condition()}"
-        ret = f"[{body}]" if self.reducer == "list" else f"sum({body})"
-        return f"def {FUNCTION}(xs):\n    return {ret}\n"
+        return f"def {FUNCTION}(xs):\n    return {_WRAP[self.reducer].format(body)}\n"
 
 
 def respond(program: str) -> str:
@@ -99,7 +105,10 @@ def respond(program: str) -> str:
 
 
 def all_specs(reducer: str) -> list[Spec]:
-    filters = [("all", 0), ("even", 0), ("odd", 0), *(("gt", k) for k in range(9))]
+    """Every problem of one reducer. `max` has no `v>8`: it keeps only 9, so its answer would be
+    the same on every list and a constant would pass."""
+    top = 8 if reducer == "max" else 9
+    filters = [("all", 0), ("even", 0), ("odd", 0), *(("gt", k) for k in range(top))]
     pairs = itertools.product(range(2, 10), range(1, 10))
     maps = [("id", 0, 0), ("sq", 0, 0)]
     maps += [("mul", a, 0) for a in range(2, 10)] + [("add", a, 0) for a in range(1, 10)]
@@ -131,10 +140,10 @@ def problem_tests(spec: Spec, seed: int) -> CodeTests:
 
 
 def _mutations(spec: Spec) -> list[Spec]:
-    """Plausible wrong versions of a spec: a constant off by one, the other parity, the other
-    reducer, the map or filter dropped."""
-    out = [Spec("sum" if spec.reducer == "list" else "list", spec.filter, spec.k, spec.map,
-                spec.a, spec.b)]  # fmt: skip
+    """Plausible wrong versions of a spec: a constant off by one, the other parity, another
+    reducer (`list` and `sum` each other's, `max` `sum`), the map or filter dropped."""
+    other = {"list": "sum", "sum": "list", "max": "sum"}[spec.reducer]
+    out = [Spec(other, spec.filter, spec.k, spec.map, spec.a, spec.b)]
     if spec.filter in ("even", "odd"):
         out.append(Spec(spec.reducer, "odd" if spec.filter == "even" else "even", 0, spec.map,
                         spec.a, spec.b))  # fmt: skip
