@@ -2,6 +2,8 @@
 models, pairs, pool, stored logs and own-skill arms), every unit is resumable, and the presets
 are pre-trained on the three-reducer task that the runs use."""
 
+import pytest
+
 from graft.evidence.trio import (
     FROZEN,
     MODELS,
@@ -74,3 +76,117 @@ def test_seeds_run_whole_with_grpo_first(tmp_path):
         "seed 20 stored_final_gpt2_llama, stored_final_gpt2_qwen"
     )
     assert first[-len(TRADE) :] == [f"seed 20 trade {arm}" for arm in TRADE]
+
+
+def _table(gains: dict[tuple[str, str, str], list[float]]) -> dict:
+    """A result table: every run at 0.1 on every skill and seed, plus the given per-seed gains
+    (run, model, skill)."""
+    from graft.evidence.trio_report import KEYS
+
+    seeds = [20, 21, 22, 23, 24]
+    runs = ["grpo", "graft_llama_qwen", "graft_llama_gpt2", "graft_qwen_gpt2", "graft_pool",
+            "stored_gpt2_llama"]  # fmt: skip
+    table = {r: {m: {sd: dict.fromkeys(KEYS, 0.1) for sd in seeds} for m in MODELS} for r in runs}
+    for (run, model, skill), per_seed in gains.items():
+        for sd, g in zip(seeds, per_seed, strict=True):
+            table[run][model][sd][skill] += g
+    return table
+
+
+def test_the_primary_family_is_the_designs_twelve_cells_by_hand():
+    from graft.evidence.trio_report import primary, retention, staleness
+
+    big, none = [0.20, 0.22, 0.18, 0.21, 0.19], [0.01, -0.01, 0.02, -0.02, 0.0]
+    table = _table({
+        ("graft_llama_gpt2", "llama", "max"): big,
+        ("graft_pool", "llama", "max"): big,  # the pool equals the pair: inside the noise
+        ("stored_gpt2_llama", "llama", "max"): [g / 2 for g in big],
+        ("graft_qwen_gpt2", "qwen", "max"): none,
+    })  # fmt: skip
+    cells = primary(table)
+    assert len(cells) == 12
+    pairs = [(c["run"], c["model"], c["skill"]) for c in cells if c["kind"] == "pair"]
+    assert pairs == [
+        ("graft_llama_qwen", "llama", "sum"), ("graft_llama_qwen", "qwen", "list"),
+        ("graft_llama_gpt2", "llama", "max"), ("graft_llama_gpt2", "gpt2", "list"),
+        ("graft_qwen_gpt2", "qwen", "max"), ("graft_qwen_gpt2", "gpt2", "sum"),
+    ]  # fmt: skip
+    pool = {(c["model"], c["skill"]): c["base"] for c in cells if c["kind"] == "pool"}
+    assert pool == {
+        ("llama", "sum"): "graft_llama_qwen", ("llama", "max"): "graft_llama_gpt2",
+        ("qwen", "list"): "graft_llama_qwen", ("qwen", "max"): "graft_qwen_gpt2",
+        ("gpt2", "list"): "graft_llama_gpt2", ("gpt2", "sum"): "graft_qwen_gpt2",
+    }  # fmt: skip
+    llama_max = next(c for c in cells if c["run"] == "graft_llama_gpt2" and c["model"] == "llama")
+    assert abs(llama_max["interval"]["mean"] - 0.20) < 1e-12
+    # by hand: sd of the five gains 0.01581, t = 0.20 / (0.01581 / sqrt 5) = 28.3, p ~ 9.3e-6;
+    # the smallest p of 12 (the others are constant: no spread, no verdict) -> Holm p = p x 1
+    assert llama_max["significant"] and llama_max["holm_p"] < 1e-4
+    qwen_max = next(c for c in cells if c["run"] == "graft_qwen_gpt2" and c["model"] == "qwen")
+    assert not qwen_max["significant"] and qwen_max["holm_p"] > 0.05
+    pool_llama = next(c for c in cells if c["kind"] == "pool" and c["skill"] == "max"
+                      and c["model"] == "llama")  # fmt: skip
+    assert pool_llama["interval"]["mean"] == 0.0 and "holm_p" not in pool_llama  # no spread
+    kept = retention(table)["stored_gpt2_llama"]
+    assert (kept["receiver"], kept["peer"], kept["skill"]) == ("llama", "gpt2", "max")
+    assert abs(kept["ratio"] - 0.5) < 1e-9
+    (point,) = staleness(table)["llama"]  # only the same-step log ran here
+    assert point["age"] == 0.0 and abs(point["interval"]["mean"] - 0.10) < 1e-12
+
+
+def test_a_program_is_read_for_the_reducer_it_returns_with():
+    from graft.evidence.trio_report import reducer_of
+
+    assert reducer_of("```python\ndef f(xs):\n    return [v*2 for v in xs]\n```") == "list"
+    assert reducer_of("def f(xs):\n    return sum(v for v in xs if v>3)") == "sum"
+    assert reducer_of("def f(xs):\n    return max(v*v for v in xs)") == "max"
+    assert reducer_of("def f(xs): pass") == ""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_a_two_step_miniature_runs_end_to_end_and_resumes_with_nothing_to_do(tmp_path):
+    """The whole design at two steps on barely trained stand-ins: every unit runs, the report
+    holds the 12 primary cells, each log's receivers, the regime of the pool per source, the
+    peer share and the confusion counts; a second call reruns nothing."""
+    import json
+
+    from graft.evidence.trio_report import run_and_write
+
+    quick = {m: f"{p}-quick" for m, p in PRESETS.items()}
+    s = settings(steps=2, eval_every=1, prompts_per_step=4, group_size=4, eval_problems=9,
+                 eval_samples=1, seeds=(0, 1), presets={"trio": quick})  # fmt: skip
+    out = tmp_path / "study"
+    files = run_and_write(out, s)
+    assert all(f.is_file() and f.stat().st_size > 0 for f in files)
+    result = json.loads((out / "results.json").read_text())
+    assert len(result["primary"]) == 12 and all(len(c["per_seed"]) == 2 for c in result["primary"])
+    assert set(result["retention"]) >= {"stored_gpt2_llama", "stored_final_gpt2_qwen"}
+    assert [p["age"] for p in result["staleness"]["llama"]] == [-19.5, 0.0, 20.5]
+    pool = result["regime"]["graft_pool"]
+    assert {"llama->qwen", "gpt2->qwen", "qwen->gpt2"} <= set(pool)
+    assert set(result["peer_share"]) >= {"graft_llama_qwen", "trade_floor"}
+    assert set(result["confusion"]["grpo"]) == set(MODELS)
+    assert result["cost"]["stored_final_gpt2_llama"]["llama"]["log_flops"] > 0
+    assert result["runtime"]["units"] == 2 * (1 + 4 + 2 + 10 + len(TRADE))
+    marks = sorted(out.rglob("done.json"))
+    stamps = [m.stat().st_mtime_ns for m in marks]
+    run_and_write(out, s)  # everything reused
+    assert [m.stat().st_mtime_ns for m in marks] == stamps
+
+
+def test_the_shipped_configs_are_the_studys_runs(tmp_path):
+    """configs/graft_trio.yaml (the pool) and graft_trio_<a>_<b>.yaml (each pair) train what the
+    study trains: the same task, models, sampling, update, exchange and evaluation."""
+    from graft.config import Config, load_config
+
+    s, study = settings(), graft_configs(settings(), tmp_path, 0)
+    for name, cfg in study.items():
+        file = "graft_trio" if name == "graft_pool" else name.replace("graft_", "graft_trio_")
+        shipped = load_config(Config, f"configs/{file}.yaml", [])
+        for part in ("task", "models", "rollout", "exchange"):
+            assert getattr(shipped, part) == getattr(cfg, part), (file, part)
+        assert (shipped.algo.minibatches, shipped.algo.micro_batch_size) == (2, 64)
+        assert shipped.algo == cfg.algo and shipped.run.steps == s.steps
+        for key in ("every", "num_problems", "samples", "temperature", "suites"):
+            assert getattr(shipped.eval, key) == getattr(cfg.eval, key), (file, key)

@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         const="graft",
         default="",
-        choices=("graft", "baselines", "code", "reuse"),
+        choices=("graft", "baselines", "code", "reuse", "trio"),
         help="a pre-registered study (docs/evidence.md), 5 seeds, both regimes, resumable, about "
         "50 minutes (`baselines`) to hours (`code`) of runs on 2 cores: `graft` (the default) "
         "GRAFT, its variants and the paper's ablations against GRPO; `baselines` GRAFT against "
@@ -49,7 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(the peer's GRPO log of the same or another seed, frozen logs of its final and its "
         "pre-trained model, a shuffled-reward control) beside GRPO, online GRAFT and the "
         "paper's three controls online (correct-only, no weight, no token clip); writes "
-        "results.md, results.json and staleness.png",
+        "results.md, results.json and staleness.png; `trio` three models of three families "
+        "(llama, qwen2, gpt2; reducers list / sum / max): GRAFT in each pair and in the pool "
+        "of three against GRPO, each model alone against a stored GRPO log of each peer, the "
+        "staleness of the learning peer's logs, and four arms on the own-skill cost; writes "
+        "results.md, results.json, trio_gains.png and trio_staleness.png",
     )
     demo.add_argument(
         "--reference", action="store_true", help="also run GRPO with 4x the group size"
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seeds < 0:
         raise ConfigError(f"--seeds must be at least 1, got {args.seeds}")
-    if args.study == "reuse":
+    if args.study in ("reuse", "trio"):
         return run_reuse_study(args)
     settings = DemoSettings.make(
         seeds=args.seeds, quick=args.quick, study=args.study, reference=args.reference
@@ -88,19 +92,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_reuse_study(args: argparse.Namespace) -> int:
-    """`--study reuse` (docs/evidence.md, "Trajectory reuse where GRAFT works")."""
+    """`--study reuse` (docs/evidence.md, "Trajectory reuse where GRAFT works") and `--study
+    trio` ("Three models"): studies of their own runner and report."""
     from dataclasses import replace
 
     from graft.config.lib import ConfigError
-    from graft.evidence.reuse import settings
-    from graft.evidence.reuse_report import run_and_write
 
+    if args.study == "reuse":
+        from graft.evidence.reuse import settings
+        from graft.evidence.reuse_report import run_and_write
+    else:
+        from graft.evidence.trio import settings
+        from graft.evidence.trio_report import run_and_write
+
+    study = f"graft demo --study {args.study}"
     if args.reference or args.report_to:
-        raise ConfigError("graft demo --study reuse: --reference and --report-to do not apply")
+        raise ConfigError(f"{study}: --reference and --report-to do not apply")
     s = settings()
     if args.seeds:
-        if args.seeds < 2:
-            raise ConfigError("graft demo --study reuse: --seeds needs at least 2 (arm b)")
+        if args.study == "reuse" and args.seeds < 2:
+            raise ConfigError(f"{study}: --seeds needs at least 2 (arm b)")
         s = replace(s, seeds=tuple(range(args.seeds)))
     files = run_and_write(Path(args.out), s)
     print((Path(args.out) / "results.md").read_text())

@@ -44,7 +44,7 @@ def run_dirs(s: DemoSettings, out: Path, seed: int) -> dict[str, dict[str, Path]
     return found
 
 
-def _final(curve: Mapping[int, float]) -> float:
+def final_value(curve: Mapping[int, float]) -> float:
     return curve[max(curve)]
 
 
@@ -65,11 +65,19 @@ def values(s: DemoSettings, out: Path) -> dict[str, dict[str, dict[int, dict[str
                     continue
                 (unit,) = [u for u in load_units(run_dir) if u.policy == model]
                 found.setdefault(method, {}).setdefault(model, {})[seed] = {
-                    "stuck": _final(unit.curves[skill_key(s, PAIR.weak[model])]),
-                    "own": _final(unit.curves[skill_key(s, PAIR.strong[model])]),
-                    "mix": _final(unit.curves[skill_key(s, "")]),
+                    "stuck": final_value(unit.curves[skill_key(s, PAIR.weak[model])]),
+                    "own": final_value(unit.curves[skill_key(s, PAIR.strong[model])]),
+                    "mix": final_value(unit.curves[skill_key(s, "")]),
                 }
     return found
+
+
+def json_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """run -> model -> seed -> values, with the seeds as JSON keys (strings)."""
+    return {
+        run: {m: {str(sd): v for sd, v in by.items()} for m, by in models.items()}
+        for run, models in table.items()
+    }
 
 
 def differences(
@@ -96,6 +104,12 @@ def primary(table: Mapping[str, Any]) -> list[dict[str, Any]]:
         for model in MODELS:
             c = cell(table, arm, "grpo", model, "stuck")
             cells.append({"arm": arm, "model": model, "skill": PAIR.weak[model], **c})
+    return holm_family(cells)
+
+
+def holm_family(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Holm's correction over the cells that have a p value (one family): each gets its
+    adjusted `holm_p` and whether it is `significant`; cells without a verdict get neither."""
     ps = [(c["interval"] or {}).get("p") for c in cells]
     tested = [i for i, p in enumerate(ps) if p is not None]
     for i, (p_adj, reject) in zip(tested, holm([ps[i] for i in tested])):
@@ -179,22 +193,22 @@ def regime(s: DemoSettings, out: Path) -> dict[str, dict[str, dict[str, float]]]
     return found
 
 
-def _last(run_dir: Path, key: str) -> float:
+def last_value(run_dir: Path, key: str) -> float:
     records = [r for r in read_metrics(run_dir) if key in r]
     return float(records[-1][key]) if records else 0.0
 
 
-def _seconds(run_dir: Path) -> float:
+def run_seconds(run_dir: Path) -> float:
     try:
         return float(json.loads((run_dir / "done.json").read_text())["seconds"])
     except (OSError, ValueError, KeyError):
         return 0.0
 
 
-def _generation_flops(run_dir: Path, policy: str) -> float:
+def generation_flops(run_dir: Path, policy: str) -> float:
     """FLOPs a pair run spent sampling `policy`'s responses (the log it leaves): its share of the
     policy's FLOP estimate (2 N per forward token, 6 N per trained token)."""
-    c = {k: _last(run_dir, f"m/{policy}/cost/cum/{k}") for k in
+    c = {k: last_value(run_dir, f"m/{policy}/cost/cum/{k}") for k in
          ("flops", "prompt_tokens", "gen_tokens", "forward_tokens", "train_tokens")}  # fmt: skip
     sampled = c["prompt_tokens"] + c["gen_tokens"]
     unit = flop_estimate(1.0, forward_tokens=sampled + c["forward_tokens"],
@@ -211,8 +225,8 @@ def _log_cost(s: DemoSettings, out: Path, seed: int, arm: str, receiver: str) ->
     kind, peer = ARMS[arm].log, PEER[receiver]
     if kind in ("grpo", "grpo_next"):
         source = seed_dir(out, seed if kind == "grpo" else next_seed(s, seed)) / "grpo"
-        flops = _generation_flops(source, peer)
-        cpu = _last(source, f"m/{peer}/cost/cum/generate_cpu_s")
+        flops = generation_flops(source, peer)
+        cpu = last_value(source, f"m/{peer}/cost/cum/generate_cpu_s")
         return {"flops": flops / LOG_USERS, "seconds": cpu / LOG_USERS, "users": LOG_USERS}
     try:
         meta = next((seed_dir(out, seed) / "logs" / f"{kind}_{peer}" / "runs").glob("*.json"))
@@ -237,10 +251,10 @@ def cost(s: DemoSettings, out: Path) -> dict[str, dict[str, dict[str, float]]]:
                     continue
                 pair = method in PAIR_RUNS
                 row = {
-                    "run_flops": _last(
+                    "run_flops": last_value(
                         run_dir, f"m/{model}/cost/cum/flops" if pair else "cost/cum/flops"
                     ),
-                    "run_seconds": _seconds(run_dir),
+                    "run_seconds": run_seconds(run_dir),
                 }
                 if not pair:
                     log = _log_cost(s, out, seed, method, model)
@@ -288,10 +302,7 @@ def report(out: Path, s: DemoSettings | None = None) -> dict[str, Any]:
         "seeds": list(s.seeds),
         "arms": {k: {"label": a.label, "age": a.age} for k, a in ARMS.items()},
         "controls": {k: label for k, (label, _) in CONTROLS.items()},
-        "values": {
-            m: {mo: {str(sd): v for sd, v in by.items()} for mo, by in models.items()}
-            for m, models in table.items()
-        },
+        "values": json_table(table),
         "primary": primary(table),
         "retention": retention(table),
         "secondary": secondary(table),

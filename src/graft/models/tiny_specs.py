@@ -187,3 +187,6 @@ TINY_PRESETS["gpt2-bpe-trio-max"] = TinySpec(
     arch="gpt2", tokenizer="bpe", task=TRIO_TASK, skill_weights=(0.005, 0.005, 0.99),
     seed=33, **{**_CODE, "pretrain_steps": TRIO_GPT2_STEPS},
 )  # fmt: skip
+# Barely trained stand-ins of the three (the study's miniature test: the pipeline, not GRAFT).
+for _name in ("llama-char-trio-list", "qwen2-bpe-trio-sum", "gpt2-bpe-trio-max"):
+    TINY_PRESETS[f"{_name}-quick"] = dataclasses.replace(TINY_PRESETS[_name], pretrain_steps=30)
