@@ -38,7 +38,7 @@ def pilot_run(out: Path, steps: int) -> dict[str, float]:
                      "exchange.enabled=false", "run.threads=2")  # fmt: skip
     if not is_done(cfg):
         run_inprocess(cfg, train)
-    key = "m/gpt2/eval/val/max/avg@4"
+    key = "eval/val/max/avg@4"  # a run of one model: no policy prefix
     values = [r[key] for r in read_metrics(Path(cfg.run.out_dir)) if key in r]
     return {"start": values[0], "end": values[-1], "rise": values[-1] - values[0]}
 
