@@ -14,6 +14,7 @@ from graft.evidence.trio import (
     graft_configs,
     grpo_config,
     jobs,
+    rr_configs,
     settings,
     stored_units,
     trade_config,
@@ -47,6 +48,11 @@ def test_the_runs_are_the_designs(tmp_path):
     assert (one.exchange.stored.model, one.exchange.stored.records) == ("gpt2", "same_step")
     frozen = units["stored_pre_gpt2_qwen"].exchange.stored
     assert frozen.path == str(out / "trio/seed_22/logs/pre_gpt2") and frozen.records == "latest"
+    rr = rr_configs(s, out, 21)
+    assert set(rr) == {"graftrr_llama_qwen", "graftrr_llama_gpt2", "graftrr_qwen_gpt2"}
+    for name, cfg in rr.items():
+        assert cfg.exchange.ablation.weight == "receiver_relative" and cfg.exchange.delta == 0.8
+        assert cfg.models == graft[name.replace("graftrr_", "graft_")].models
     trades = {arm: trade_config(s, out, 23, arm) for arm in TRADE}
     assert trades["uniform"].exchange.ablation.peer_position == "uniform"
     assert not trades["nobalance"].exchange.balancing
@@ -60,7 +66,7 @@ def test_the_presets_are_pre_trained_on_the_runs_task_each_on_its_own_reducer():
         spec = TINY_PRESETS[preset]
         assert spec.task == TRIO_TASK
         weights = dict(zip(TRIO_TASK.skills, spec.skill_weights, strict=True))
-        assert max(weights, key=weights.get) == OWN[model] and weights[OWN[model]] == 0.99
+        assert max(weights, key=weights.get) == OWN[model] and weights[OWN[model]] >= 0.99
     assert {TINY_PRESETS[p].arch for p in PRESETS.values()} == {"llama", "qwen2", "gpt2"}
     learner = TINY_PRESETS[PRESETS["gpt2"]].pretrain_steps
     assert learner < TINY_PRESETS[PRESETS["llama"]].pretrain_steps
@@ -168,7 +174,8 @@ def test_a_two_step_miniature_runs_end_to_end_and_resumes_with_nothing_to_do(tmp
     assert set(result["peer_share"]) >= {"graft_llama_qwen", "trade_floor"}
     assert set(result["confusion"]["grpo"]) == set(MODELS)
     assert result["cost"]["stored_final_gpt2_llama"]["llama"]["log_flops"] > 0
-    assert result["runtime"]["units"] == 2 * (1 + 4 + 2 + 10 + len(TRADE))
+    assert result["runtime"]["units"] == 2 * (1 + 4 + 3 + 2 + 10 + len(TRADE))
+    assert "graftrr_qwen_gpt2 - graft_qwen_gpt2/gpt2/sum" in result["secondary"]
     marks = sorted(out.rglob("done.json"))
     stamps = [m.stat().st_mtime_ns for m in marks]
     run_and_write(out, s)  # everything reused

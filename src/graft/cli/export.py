@@ -25,8 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graft.models.export import export_merged
     from graft.preflight import resolved
+    from graft.rundir.export import export_merged
 
     out = resolved(args.out, "--out")
     run_dir = resolved(args.run_dir, "RUN_DIR")

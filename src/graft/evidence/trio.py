@@ -6,7 +6,9 @@ own-skill arms. `graft demo --study trio` runs it; `trio_report.py` reads it.
 Per seed s, in `OUT/trio/seed_<s>/`:
 - `grpo`: the three models, exchange off (each model's GRPO run: the draws of a model depend on
   its name and the run seed, not on the others), with its step-40 checkpoint (gpt2's final log);
-- `graft_<a>_<b>`: GRAFT in each pair; `graft_pool`: GRAFT among the three;
+- `graft_<a>_<b>`: GRAFT in each pair; `graft_pool`: GRAFT among the three; `graftrr_<a>_<b>`:
+  GRAFT in each pair with the receiver-relative weight (the second design: the paper's weight
+  admits almost nothing in some directions across tokenizer families);
 - `logs/final_gpt2` and `logs/pre_gpt2`: frozen logs of the peer that learns, sampled by
   `graft sample` from its step-40 GRPO checkpoint and from its pre-trained model, over the
   prompts every receiver draws (the prompt order depends on the run seed only);
@@ -133,11 +135,29 @@ def pair_name(a: str, b: str) -> str:
 
 def graft_configs(s: DemoSettings, out: Path, seed: int) -> dict[str, Config]:
     """GRAFT (the paper's weight) in each pair and in the pool of three."""
+    cfgs = _pair_runs(s, out, seed, pair_name, "")
+    cfgs["graft_pool"] = run_config(s, out, seed, "graft_pool", MODELS, 'run.label="GRAFT pool"')
+    return cfgs
+
+
+def rr_name(a: str, b: str) -> str:
+    return f"graftrr_{a}_{b}"
+
+
+def rr_configs(s: DemoSettings, out: Path, seed: int) -> dict[str, Config]:
+    """GRAFT in each pair with `exchange.ablation.weight=receiver_relative` (delta 0.8)."""
+    weight = "exchange.ablation.weight=receiver_relative"
+    return _pair_runs(s, out, seed, rr_name, ", receiver_relative", weight)
+
+
+def _pair_runs(
+    s: DemoSettings, out: Path, seed: int, name: Callable[[str, str], str], label: str,
+    *extra: str,
+) -> dict[str, Config]:  # fmt: skip
     cfgs = {}
     for a, b in PAIRS:
-        label = f'run.label="GRAFT {a}+{b}"'
-        cfgs[pair_name(a, b)] = run_config(s, out, seed, pair_name(a, b), (a, b), label)
-    cfgs["graft_pool"] = run_config(s, out, seed, "graft_pool", MODELS, 'run.label="GRAFT pool"')
+        tag = f'run.label="GRAFT {a}+{b}{label}"'
+        cfgs[name(a, b)] = run_config(s, out, seed, name(a, b), (a, b), tag, *extra)
     return cfgs
 
 
@@ -217,6 +237,9 @@ def jobs(s: DemoSettings, out: Path) -> list[tuple[str, Callable[[], None]]]:
         for name in graft_configs(s, out, seed):
             cfg_of = lambda seed=seed, name=name: graft_configs(s, out, seed)[name]  # noqa: E731
             out_jobs.append((f"seed {seed} {name}", one(cfg_of)))
+        for name in rr_configs(s, out, seed):
+            cfg_of = lambda seed=seed, name=name: rr_configs(s, out, seed)[name]  # noqa: E731
+            out_jobs.append((f"seed {seed} {name}", one(cfg_of)))
         for kind in FROZEN:
             log = lambda seed=seed, kind=kind: make_frozen_log(out, seed, kind)  # noqa: E731
             out_jobs.append((f"seed {seed} log {kind} {LEARNER}", log))
@@ -240,6 +263,7 @@ def all_configs(s: DemoSettings, out: Path) -> list[Config]:
     cfgs = []
     for seed in s.seeds:
         cfgs += [grpo_config(s, out, seed), *graft_configs(s, out, seed).values()]
+        cfgs += [*rr_configs(s, out, seed).values()]
         cfgs += [*stored_units(s, out, seed).values()]
         cfgs += [trade_config(s, out, seed, arm) for arm in TRADE]
     return cfgs

@@ -39,6 +39,7 @@ from graft.evidence.trio import (
     TRADE,
     TRADE_PAIR,
     pair_name,
+    rr_name,
     seed_dir,
     settings,
 )
@@ -62,6 +63,7 @@ def runs(seed: int, out: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
     base = seed_dir(out, seed)
     found = {"grpo": (base / "grpo", MODELS), "graft_pool": (base / "graft_pool", MODELS)}
     found |= {pair_name(a, b): (base / pair_name(a, b), (a, b)) for a, b in PAIRS}
+    found |= {rr_name(a, b): (base / rr_name(a, b), (a, b)) for a, b in PAIRS}
     for r in MODELS:
         for p in MODELS:
             if p != r:
@@ -113,9 +115,11 @@ def primary(table: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def secondary(table: Mapping[str, Any]) -> dict[str, Any]:
     """Every other difference (exploratory): each run minus GRPO on each reducer and the mix;
-    the pool minus each pair; each own-skill arm minus the llama-qwen pair."""
+    the pool minus each pair; each pair's receiver-relative GRAFT minus its paper-weight GRAFT;
+    each own-skill arm minus the llama-qwen pair."""
     comparisons = [(name, "grpo") for name in table if name != "grpo"]
     comparisons += [("graft_pool", pair_name(*p)) for p in PAIRS]
+    comparisons += [(rr_name(*p), pair_name(*p)) for p in PAIRS]
     comparisons += [(f"trade_{arm}", pair_name(*TRADE_PAIR)) for arm in TRADE]
     out: dict[str, Any] = {}
     for run, base in comparisons:
@@ -227,7 +231,7 @@ def regime(s: DemoSettings, out: Path) -> dict[str, dict[str, dict[str, float]]]
     found: dict[str, dict[str, dict[str, float]]] = {}
     for seed in s.seeds:
         for name, (run_dir, _) in runs(seed, out).items():
-            if not name.startswith(("graft_", "trade_")) or not (run_dir / "done.json").is_file():
+            if not name.startswith(("graft", "trade_")) or not (run_dir / "done.json").is_file():
                 continue
             for r in read_metrics(run_dir):
                 for key, value in r.items():

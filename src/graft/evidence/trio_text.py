@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.evidence.reuse_report import interval_text, pct
-from graft.evidence.trio import MODELS, OWN, OWNER, PAIRS, TRADE, TRADE_PAIR, pair_name
+from graft.evidence.trio import MODELS, OWN, OWNER, PAIRS, TRADE, TRADE_PAIR, pair_name, rr_name
 
 
 def _primary_lines(result: Mapping[str, Any]) -> list[str]:
@@ -140,12 +140,12 @@ def _bar(ax: Any, x: float, iv: Mapping[str, Any] | None, color: str, label: str
         return
     low, high = iv.get("low"), iv.get("high")
     err = None if low is None else [[100 * (iv["mean"] - low)], [100 * (high - iv["mean"])]]
-    ax.bar([x], [100 * iv["mean"]], width=0.25, color=color, label=label, yerr=err, capsize=3)
+    ax.bar([x], [100 * iv["mean"]], width=0.2, color=color, label=label, yerr=err, capsize=3)
 
 
 def gains_plot(result: Mapping[str, Any], path: Path) -> None:
-    """Per receiver and stuck skill: the pair's GRAFT, the pool and the stored log of the
-    skill's owner, each minus GRPO (mean and 95% interval)."""
+    """Per receiver and stuck skill: the pair's GRAFT (the paper's weight and receiver_relative),
+    the pool and the stored log of the skill's owner, each minus GRPO (mean and 95% interval)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -157,14 +157,15 @@ def gains_plot(result: Mapping[str, Any], path: Path) -> None:
         skills = [k for k in OWN.values() if k != OWN[r]]
         for i, k in enumerate(skills):
             peer = OWNER[k]
-            pair = next(pair_name(*p) for p in PAIRS if set(p) == {r, peer})
+            pair = next(p for p in PAIRS if set(p) == {r, peer})
             for j, (run, color, label) in enumerate((
-                (pair, "tab:blue", "GRAFT, the pair"),
+                (pair_name(*pair), "tab:blue", "GRAFT, the pair"),
+                (rr_name(*pair), "tab:purple", "GRAFT, the pair, receiver_relative"),
                 ("graft_pool", "tab:green", "GRAFT, the pool"),
                 (f"stored_{peer}_{r}", "tab:orange", "alone, the peer's stored log"),
             )):  # fmt: skip
                 iv = sec.get(f"{run} - grpo/{r}/{k}", {}).get("interval")
-                _bar(ax, i + (j - 1) * 0.27, iv, color, label if i == 0 else "")
+                _bar(ax, i + (j - 1.5) * 0.21, iv, color, label if i == 0 else "")
         ax.set_xticks(range(len(skills)), [f"`{k}` (from {OWNER[k]})" for k in skills])
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(f"{r} (own: `{OWN[r]}`)")

@@ -16,6 +16,7 @@ import yaml
 
 from graft.config import Config, to_dict
 from graft.errors import DataError
+from graft.rundir.progress import warn as _warn
 
 if TYPE_CHECKING:
     from graft.rundir.trackers import Trackers
@@ -187,12 +188,6 @@ def write_summary(
     tmp = run_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(body, indent=2, sort_keys=True))
     os.replace(tmp, run_dir / "summary.json")
-
-
-def _warn(message: str) -> None:
-    from tqdm.auto import tqdm
-
-    tqdm.write(f"warning: {message}")
 
 
 def _records(

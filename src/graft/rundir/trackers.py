@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 from graft.config.lib import ConfigError
 from graft.errors import DataError
-from graft.rundir.files import _warn
+from graft.rundir.progress import warn as _warn
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")
 TRACKERS_FILE = "trackers.json"
