@@ -32,6 +32,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--out", help="jsonl: output file (default: standard output); hf: the new folder"
     )
     export.add_argument("--model", action="append", help="only these models (repeatable)")
+    _add_import_parser(store_sub)
+    store.set_defaults(handler=run)
+
+
+def _add_import_parser(store_sub: argparse._SubParsersAction) -> None:
+    """`graft store import`: another tool's log as a store."""
     imp = store_sub.add_parser(
         "import",
         help="make a store of another tool's logged responses, verified by a task's verifier",
@@ -90,7 +96,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("--skip-bad-rows", action="store_true", help="import the rest, counted")
     imp.add_argument("--workers", type=int, default=2, help="verifier processes (default 2)")
     add_set_argument(imp)
-    store.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

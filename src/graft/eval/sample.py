@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,28 @@ def provenance_meta(cfg: Config, run_id: str, sample: dict[str, Any]) -> dict[st
     return {**run_metadata(cfg, run_id), "sample": sample}
 
 
+def _each_chunk(
+    chunks: list[tuple[Problem, ...]],
+    done: set[int],
+    one_chunk: Callable[[int, tuple[Problem, ...]], tuple[int, int]],
+    desc: str,
+    progress: bool,
+) -> tuple[int, int]:
+    """Run `one_chunk` on every chunk not `done`, with a progress bar over the prompts; the
+    (correct, total) responses it returned, summed."""
+    from tqdm.auto import tqdm
+
+    correct = total = 0
+    prompts = sum(len(c) for c in chunks)
+    with tqdm(total=prompts, desc=desc, unit="prompt", disable=not progress) as bar:
+        for k, chunk in enumerate(chunks):
+            if k not in done:
+                right, seen = one_chunk(k, chunk)
+                correct, total = correct + right, total + seen
+            bar.update(len(chunk))
+    return correct, total
+
+
 def sample_to_store(
     cfg: Config,
     spec: Any,
@@ -153,8 +176,6 @@ def sample_to_store(
     store at `out`, skipping the chunks a killed sampling already wrote; `describe`: what to
     record of the model (its path and how it was named). Returns a summary: the run id, the
     prompts and rows written now and before, and the share of responses verified correct."""
-    from tqdm.auto import tqdm
-
     from graft.backends.inprocess import InProcessBackend
     from graft.groups import make_groups
     from graft.rollout import SamplingParams
@@ -191,25 +212,18 @@ def sample_to_store(
             settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k
         )
         chunks = [problems[i : i + settings.chunk] for i in range(0, len(problems), settings.chunk)]
-        correct = total = 0
-        desc = f"sample {policy}"
-        with tqdm(total=len(problems), desc=desc, unit="prompt", disable=not progress) as bar:
-            for k, chunk in enumerate(chunks):
-                if k in done:
-                    bar.update(len(chunk))
-                    continue
-                (rollouts,) = backend.generate(
-                    chunk, n=settings.n, params=params, seeds={policy: settings.seed}
-                ).values()
-                verdicts = verify_rollouts(pool, verifier, rollouts)
-                groups = make_groups(
-                    rollouts, verdicts, mode=cfg.algo.advantage, eps=cfg.algo.adv_eps
-                )
-                writer.write(policy, k, group_rows(groups, step=k, prov=prov))
-                writer.flush()  # each chunk on disk before the next: a kill loses at most one
-                correct += sum(v.correct for vs in verdicts for v in vs)
-                total += sum(len(vs) for vs in verdicts)
-                bar.update(len(chunk))
+
+        def one_chunk(k: int, chunk: tuple[Problem, ...]) -> tuple[int, int]:
+            (rollouts,) = backend.generate(
+                chunk, n=settings.n, params=params, seeds={policy: settings.seed}
+            ).values()
+            verdicts = verify_rollouts(pool, verifier, rollouts)
+            groups = make_groups(rollouts, verdicts, mode=cfg.algo.advantage, eps=cfg.algo.adv_eps)
+            writer.write(policy, k, group_rows(groups, step=k, prov=prov))
+            writer.flush()  # each chunk on disk before the next: a kill loses at most one
+            return sum(v.correct for vs in verdicts for v in vs), sum(len(vs) for vs in verdicts)
+
+        correct, total = _each_chunk(chunks, done, one_chunk, f"sample {policy}", progress)
         now = step_cost(before, backend.usage()[policy])
         now["wall_s"] = time.perf_counter() - start
         cost = {k: earlier.get(k, 0.0) + now.get(k, 0.0) for k in COST_KEYS}

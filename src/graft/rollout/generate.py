@@ -115,13 +115,7 @@ def sample_batch(
         distinct, index = distinct_rows(prompts)
     else:
         distinct, index = [tuple(p) for p in prompts], list(range(num_rows))
-    max_len = max(len(p) for p in distinct)
-    input_ids_UL = torch.full((len(distinct), max_len), pad_id, dtype=torch.long)
-    attention_UL = torch.zeros((len(distinct), max_len), dtype=torch.long)
-    for u, p in enumerate(distinct):
-        input_ids_UL[u, max_len - len(p) :] = torch.tensor(p, dtype=torch.long)
-        attention_UL[u, max_len - len(p) :] = 1
-    input_ids_UL, attention_UL = input_ids_UL.to(device), attention_UL.to(device)
+    input_ids_UL, attention_UL = _left_padded(distinct, pad_id, device)
     position_UL = (attention_UL.cumsum(-1) - 1).clamp(min=0)
     stop_1S = torch.tensor(list(stop_ids), dtype=torch.long, device=device).unsqueeze(0)
 
@@ -171,11 +165,31 @@ def sample_batch(
         )
         logits_BV = out.logits[:, -1, :]
         next_pos_B1 = next_pos_B1 + 1
+    return _samples(tokens_BT, logp_BT, lengths_B, stopped_B)
+
+
+def _left_padded(
+    rows: Sequence[Sequence[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompt rows left-padded to one length: (input ids, attention mask), on `device`."""
+    max_len = max(len(p) for p in rows)
+    input_ids_UL = torch.full((len(rows), max_len), pad_id, dtype=torch.long)
+    attention_UL = torch.zeros((len(rows), max_len), dtype=torch.long)
+    for u, p in enumerate(rows):
+        input_ids_UL[u, max_len - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attention_UL[u, max_len - len(p) :] = 1
+    return input_ids_UL.to(device), attention_UL.to(device)
+
+
+def _samples(
+    tokens_BT: torch.Tensor, logp_BT: torch.Tensor, lengths_B: torch.Tensor, stopped_B: torch.Tensor
+) -> list[Sample]:
+    """Each row's response: its tokens and log-probs up to its length, and why it ended."""
     tokens_BT, logp_BT, lengths_B, stopped_B = (
         t.cpu() for t in (tokens_BT, logp_BT, lengths_B, stopped_B)
     )
     samples = []
-    for b in range(num_rows):
+    for b in range(tokens_BT.shape[0]):
         n = int(lengths_B[b])
         samples.append(
             Sample(

@@ -399,6 +399,26 @@ def train_on_batch(
         if nonfinite and settings.nonfinite == "stop":
             break
     optimizer.zero_grad(set_to_none=True)
+    return _update_metrics(
+        sums, grad_norms, spent, settings, lr=lr, passes=passes, nonfinite=nonfinite,
+        precision=precision, shard=shard,
+    )  # fmt: skip
+
+
+def _update_metrics(
+    sums: dict[str, float],
+    grad_norms: list[float],
+    spent: dict[str, float],
+    settings: UpdateSettings,
+    *,
+    lr: float,
+    passes: int,
+    nonfinite: int,
+    precision: Precision,
+    shard: ShardRank,
+) -> dict[str, float]:
+    """The update's metrics from its summed minibatch statistics (means over optimizer steps;
+    shares over the trained tokens)."""
     num_steps = max(len(grad_norms), 1)
     tokens = max(sums.get("tokens", 0.0), 1.0)
     self_tokens = max(tokens - sums.get("peer_tokens", 0.0), 1.0)
