@@ -197,3 +197,27 @@ def test_the_shipped_configs_are_the_studys_runs(tmp_path):
         assert shipped.algo == cfg.algo and shipped.run.steps == s.steps
         for key in ("every", "num_problems", "samples", "temperature", "suites"):
             assert getattr(shipped.eval, key) == getattr(cfg.eval, key), (file, key)
+
+
+def test_the_recorded_answer_is_one_line_per_question_from_the_results():
+    """reduce() keeps the 12 primary cells, the same-seed logs' retention and the own-skill arms;
+    the demo's lines say each question's answer from them, or that nothing is recorded yet."""
+    from graft.evidence.recorded import trio_lines
+    from graft.evidence.trio_report import primary, reduce, retention, secondary
+
+    big = [0.20, 0.22, 0.18, 0.21, 0.19]
+    table = _table({("graft_llama_gpt2", "llama", "max"): big,
+                    ("stored_gpt2_llama", "llama", "max"): [g / 2 for g in big]})  # fmt: skip
+    result = {"seeds": [20, 21, 22, 23, 24], "primary": primary(table),
+              "secondary": secondary(table), "retention": retention(table),
+              "trade": {arm: t.label for arm, t in TRADE.items()},
+              "commits": ["abc1234"]}  # fmt: skip
+    recorded = reduce(result)
+    assert len(recorded["cells"]) == 12 and recorded["commit"] == "abc1234"
+    assert set(recorded["retention"]) == {"stored_gpt2_llama"}
+    lines = trio_lines(recorded)
+    assert lines[0].startswith("**Three models** (the pre-registered three-model study, 5 seeds")
+    assert "llama `max` +20.0 [" in lines[2] and "(significant)" in lines[2]
+    assert "llama from gpt2 (`max`) 0.50 [" in lines[4]
+    assert len(lines) == 6 and lines[5].endswith("not run")
+    assert "not recorded yet" in trio_lines(None)[0]

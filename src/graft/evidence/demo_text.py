@@ -219,9 +219,10 @@ def markdown(results: Mapping[str, Any]) -> str:
     s = results["settings"]
     pair = PAIRS[s.get("pair", "mul")]
     if s["mode"] == "default" and pair.name == "code":
-        from graft.evidence.recorded import answer_lines, load, reuse_lines
+        from graft.evidence.recorded import answer_lines, load, reuse_lines, trio_lines
 
         answer = [*answer_lines(load("code_study")), "", *reuse_lines(load("reuse_study"))]
+        answer += ["", *trio_lines(load("trio_study"))]
         return opening(results, answer) + details(results)
     return details(results)
 

@@ -215,10 +215,58 @@ def reuse_lines(recorded: Mapping[str, Any] | None) -> list[str]:
         verdict = "significant" if c["significant"] else "inside the noise"
         lines.append(f"- {c['label']}, {c['model']} `{c['skill']}`: {fmt_interval(c)} ({verdict})")
     for model, r in recorded.get("retention", {}).items():
-        kept = (
-            "undefined (the online gain's interval contains 0)"
-            if r.get("low") is None
-            else f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
-        )
-        lines.append(f"- {model}: the same seed's log keeps {kept} of the online gain")
+        lines.append(f"- {model}: the same seed's log keeps {_ratio(r)} of the online gain")
     return lines
+
+
+def _cells(cells: list[Mapping[str, Any]]) -> str:
+    return "; ".join(
+        f"{c['model']} `{c['skill']}` {fmt_interval(c)}"
+        f" ({'significant' if c['significant'] else 'inside the noise'})"
+        for c in cells
+    )
+
+
+def trio_lines(recorded: Mapping[str, Any] | None) -> list[str]:
+    """The three-model study's answer (docs/evidence.md, "Three models"), one line per question:
+    each pair's GRAFT minus GRPO on the stuck skill the peer owns; the pool minus that pair; how
+    much of the pair's gain a stored GRPO log of the peer keeps; and which own-skill arm moves
+    the own-skill cost. Or that it is not recorded yet."""
+    if recorded is None:
+        return [
+            "**Three models are not recorded yet.** The pre-registered three-model study (llama, "
+            "qwen and gpt2: each pair, the pool, one log for many receivers, the own-skill trade; "
+            "docs/evidence.md) has no recorded result at this version: `graft demo --study trio` "
+            "runs it (hours on 2 cores).",
+        ]
+    cells = recorded["cells"]
+    head = (f"**Three models** (the pre-registered three-model study, {len(recorded['seeds'])} "
+            f"seeds, run at commit {recorded['commit']}; Holm over its {recorded['tests']} "
+            "primary tests; points at the last step):")  # fmt: skip
+    kept = "; ".join(
+        f"{r['receiver']} from {r['peer']} (`{r['skill']}`) {_ratio(r)}"
+        for r in recorded["retention"].values()
+    )
+    labels = recorded["trade_labels"]
+    trade = "; ".join(
+        f"{labels.get(c['run'].removeprefix('trade_'), c['run'])}, {c['model']} {fmt_interval(c)}"
+        for c in recorded["trade"]
+    )
+    pairs = _cells([c for c in cells if c["kind"] == "pair"])
+    pool = _cells([c for c in cells if c["kind"] == "pool"])
+    return [
+        head,
+        "",
+        f"- Other pairs (GRAFT in the pair minus GRPO): {pairs}",
+        f"- The pool of three minus the pair holding the skill's owner: {pool}",
+        "- One log, many receivers (a stored GRPO log's gain over the pair's online gain): "
+        f"{kept or 'not run'}",
+        "- The own-skill trade (each arm's own skill minus the pair's GRAFT, exploratory): "
+        f"{trade or 'not run'}",
+    ]
+
+
+def _ratio(r: Mapping[str, Any]) -> str:
+    if r.get("low") is None:
+        return "undefined (the online gain's interval contains 0)"
+    return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from graft.errors import DataError
 from graft.evidence.compare import load_units
 from graft.evidence.compute_axis import interpolate
 from graft.evidence.demo import DemoSettings
@@ -375,6 +376,46 @@ def report(out: Path, s: DemoSettings | None = None) -> dict[str, Any]:
     }
 
 
+def _recorded_cell(c: Mapping[str, Any]) -> dict[str, Any]:
+    iv = c["interval"] or {}
+    return {
+        "kind": c.get("kind", ""), "run": c.get("run", ""), "base": c.get("base", "grpo"),
+        "model": c["model"], "skill": c["skill"], "where": "last step", "mean": iv.get("mean"),
+        "low": iv.get("low"), "high": iv.get("high"), "n": iv.get("n"),
+        "holm_p": c.get("holm_p"), "significant": bool(c.get("significant")),
+        "per_seed": c["per_seed"], "seeds": c["seeds"],
+    }  # fmt: skip
+
+
+def reduce(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded answer `make demo` prints, one line per question: the 12 primary cells,
+    each same-seed GRPO log's retention, and each own-skill arm's own skill minus the pair's
+    GRAFT, with the clean commits the runs ran at (copy recorded.json to
+    graft/evidence/recorded/trio_study.json and commit it)."""
+    from graft.evidence.recorded import clean_commits
+
+    base = pair_name(*TRADE_PAIR)
+    trade = []
+    for arm in TRADE:
+        for m in TRADE_PAIR:
+            c = result["secondary"].get(f"trade_{arm} - {base}/{m}/{OWN[m]}")
+            if c and c["interval"]:
+                trade.append(_recorded_cell({**c, "run": f"trade_{arm}", "base": base,
+                                             "model": m, "skill": OWN[m]}))  # fmt: skip
+    retention = {
+        name: {k: r[k] for k in ("receiver", "peer", "skill", "ratio", "low", "high")}
+        for name, r in result["retention"].items()
+        if name.count("_") == 2  # the same-seed GRPO logs (the frozen ones are the staleness)
+    }
+    return {
+        "study": "study-trio", "seeds": result["seeds"], "tests": len(result["primary"]),
+        "commit": clean_commits(", ".join(result["commits"])),
+        "command": "graft demo --study trio",
+        "cells": [_recorded_cell(c) for c in result["primary"]],
+        "retention": retention, "trade": trade, "trade_labels": dict(result["trade"]),
+    }  # fmt: skip
+
+
 def run_and_write(out: Path, s: DemoSettings | None = None) -> list[Path]:
     """Run (or reuse) the whole study, then write results.json, results.md, trio_gains.png and
     trio_staleness.png; the files written."""
@@ -394,4 +435,9 @@ def run_and_write(out: Path, s: DemoSettings | None = None) -> list[Path]:
     files[1].write_text(markdown(result, result["commits"]))
     gains_plot(result, files[2])
     staleness_plot(result, files[3])
+    try:
+        (out / "recorded.json").write_text(json.dumps(reduce(result), indent=1) + "\n")
+        files.append(out / "recorded.json")
+    except DataError as err:  # runs at a dirty tree: nothing to record
+        print(f"not recorded: {err}")
     return files
