@@ -245,12 +245,12 @@ def test_bad_arguments_end_in_one_line(tmp_path, capsys):
     line = _one_line_error(capsys, [*base, "--n", "-1"])
     assert "--n" in line
     from graft.config import ArithmeticConfig, ConfigError
-    from graft.evidence.probe import held_out
+    from graft.tasks import split_problems
     from graft.tasks.arithmetic import ArithmeticTask
 
     empty = ArithmeticTask(ArithmeticConfig(num_val=0))
     with pytest.raises(ConfigError, match="--split val: the task has no val problems"):
-        held_out(empty, "val")
+        split_problems(empty, "val")
 
 
 # ------------------------------------------------- during training: is each policy learning?

@@ -36,7 +36,14 @@ from graft.rundir.recorder import Recorder
 from graft.rundir.signal import SignalLog, run_summary
 from graft.rundir.trackers import check_trackers
 from graft.seeds import derive_seed
-from graft.tasks import Task, build_task, extra_prompts, prompt_batch, run_verifier
+from graft.tasks import (
+    Task,
+    build_task,
+    extra_prompts,
+    prompt_batch,
+    run_verifier,
+    split_problems,
+)
 from graft.training.contrast import Budget, settle
 from graft.training.cost import CostLog, step_cost
 from graft.types import Group, Rollout, TrainGroup
@@ -66,7 +73,16 @@ class RunResult:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, *, backend: Backend | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        backend: Backend | None = None,
+        split: str = "train",
+        limit: int = 0,
+    ) -> None:
+        """`split`, `limit`: the prompts the steps draw, the task's training split by default
+        (`graft probe` draws from a held-out one, or the first `limit` problems only)."""
         self.cfg = cfg
         self.run_dir = Path(cfg.run.out_dir)
         if cfg.store.enabled:  # before any model loads or any file is written
@@ -78,7 +94,7 @@ class Trainer:
             check_vllm_here()  # vLLM and its device (on Ray, each engine checks where it starts)
         self.plan: Plan = make_plan(cfg)
         self.task: Task = build_task(cfg.task)
-        self.train_problems = self.task.train_problems()
+        self.train_problems = split_problems(self.task, split)
         self.eval_suites: list[Suite] = []
         self.val_suite: str = ""
         if cfg.eval.every > 0:
@@ -102,6 +118,8 @@ class Trainer:
         self.pool = open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
         try:
             self._check_golds()  # before any model loads
+            if limit:
+                self.train_problems = self.train_problems[:limit]
             self.backend = backend or make_backend(
                 policy_specs(cfg), cfg.run.backend, ray_strategy=cfg.run.ray_strategy
             )

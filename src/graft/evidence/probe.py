@@ -27,8 +27,6 @@ from graft.evidence.forecast import (
     verdict,
 )
 from graft.evidence.regime import is_count
-from graft.tasks import Task
-from graft.types import Problem
 
 
 def _model_entry(spec: str, base: dict[str, Any] | None, index: int) -> dict[str, Any]:
@@ -88,19 +86,6 @@ def default_steps(cfg: Config, limit: int) -> int:
     return -(-limit // per_step) if limit else 10
 
 
-SPLITS = ("train", "val", "test")
-
-
-def held_out(task: Task, split: str) -> tuple[Problem, ...]:
-    """The problems of one of the task's held-out splits (`val` or `test`), refused when empty."""
-    if split not in SPLITS:
-        raise ConfigError(f"graft probe: --split must be one of {list(SPLITS)}, got {split!r}")
-    problems = task.val_problems() if split == "val" else task.test_problems()
-    if not problems:
-        raise ConfigError(f"graft probe: --split {split}: the task has no {split} problems")
-    return problems
-
-
 def run_probe(
     cfg: Config,
     *,
@@ -119,12 +104,8 @@ def run_probe(
     from graft.evidence.probe_cache import RolloutCache
     from graft.trainer import Trainer
 
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, split=split, limit=limit)
     try:
-        if split != "train":
-            trainer.train_problems = held_out(trainer.task, split)
-        if limit:
-            trainer.train_problems = trainer.train_problems[:limit]
         workers = trainer.backend.describe()
         cache = None
         if cache_dir is not None:

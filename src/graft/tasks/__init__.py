@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from graft.config import TaskConfig, VerifyConfig
+from graft.config import ConfigError, TaskConfig, VerifyConfig
 from graft.types import Problem
 
 T = TypeVar("T")
@@ -145,3 +145,18 @@ def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
         random.Random(seed * 1_000_003 + epoch).shuffle(order)
         _ORDER_CACHE[key] = order
     return _ORDER_CACHE[key]
+
+
+SPLITS = ("train", "val", "test")
+
+
+def split_problems(task: Task, split: str) -> tuple[Problem, ...]:
+    """The problems of one of the task's splits (`train`, `val`, `test`); ConfigError for an
+    unknown split or an empty held-out one."""
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    problems = {"train": task.train_problems, "val": task.val_problems,
+                "test": task.test_problems}[split]()  # fmt: skip
+    if split != "train" and not problems:
+        raise ConfigError(f"--split {split}: the task has no {split} problems")
+    return problems
