@@ -19,7 +19,7 @@ from typing import Any
 
 from graft.backends import Backend, check_ray_start, make_backend, policy_specs
 from graft.config import Config, ConfigError, Plan, make_plan
-from graft.errors import DataError, RunStopped
+from graft.errors import DataError
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
@@ -27,9 +27,9 @@ from graft.groups import group_metrics, make_groups, self_train_group
 from graft.preflight import check_store
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close, write_summary
-from graft.rundir.book import RunBook, where_it_stands
+from graft.rundir.book import RunBook
 from graft.rundir.checkpoints import refuse_unresumable
-from graft.rundir.loop import Loop, begin, open_log, run_steps
+from graft.rundir.loop import Loop, RunResult, begin, check_finite, open_log, run_steps
 from graft.rundir.phases import PhaseClock
 from graft.rundir.progress import reward_postfix, say, warn
 from graft.rundir.recorder import Recorder
@@ -39,6 +39,7 @@ from graft.seeds import derive_seed
 from graft.tasks import (
     Task,
     build_task,
+    eval_verifier,
     extra_prompts,
     prompt_batch,
     run_verifier,
@@ -61,15 +62,6 @@ class Settled:
     batches: dict[str, list[TrainGroup]]
     extra: dict[str, list[tuple[int, Group]]]
     counts: dict[str, dict[str, float]]
-
-
-@dataclass(frozen=True)
-class RunResult:
-    run_dir: Path
-    steps: int
-    final_metrics: dict[str, float]
-    finished_before: bool = False
-    """A resume of a run that had already reached run.steps: nothing was run or written."""
 
 
 class Trainer:
@@ -110,9 +102,7 @@ class Trainer:
             from graft.sandbox.doctor import tier_line
 
             print(tier_line(), file=sys.stderr)
-        # Evaluation uses each suite's own verifier unless the config names one or an extraction.
-        custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
-        self.eval_verifier = self.verifier if custom else None
+        self.eval_verifier = eval_verifier(cfg.verify, self.verifier)
         check_ray_start(cfg)  # before the verifier pool starts a local Ray cluster
         v = cfg.verify  # on Ray, verification runs on the cluster's CPUs too
         self.pool = open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
@@ -188,7 +178,7 @@ class Trainer:
         """Each policy's update on its settled batch; a non-finite one stops the run here
         (`algo.nonfinite`)."""
         stats = self.backend.train(batches, seeds=self._seeds(step, "update"))
-        self._check_finite(step, stats)
+        check_finite(self.cfg, step, stats)
         return stats
 
     def store(
@@ -277,20 +267,6 @@ class Trainer:
 
         settled, counts = settle(batches, budgets, sample)
         return Settled(settled, extra, counts)
-
-    def _check_finite(self, step: int, stats: Mapping[str, Mapping[str, float]]) -> None:
-        """algo.nonfinite=stop: a policy whose update met a NaN or infinite loss or gradient norm
-        (and took no optimizer step on it) ends the run here, before this step is logged or
-        checkpointed; `skip` leaves the count in optim/nonfinite_steps."""
-        if self.cfg.algo.nonfinite != "stop":
-            return
-        for name in self.names:
-            if stats.get(name, {}).get("optim/nonfinite_steps", 0.0) > 0:
-                raise RunStopped(
-                    f"policy {name!r}: non-finite loss or gradient norm at step {step + 1}; "
-                    f"stopped before its optimizer step, {where_it_stands(self.run_dir)}. Lower "
-                    f"the learning rate, or skip such steps with --set algo.nonfinite=skip"
-                )
 
     def rollout(
         self, step: int, *, cached: Mapping[str, Sequence[Rollout]] | None = None

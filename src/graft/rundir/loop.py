@@ -11,11 +11,39 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from graft.config import Config, to_dict
+from graft.errors import RunStopped
 from graft.rundir.book import RunBook, where_it_stands
 from graft.rundir.files import MetricsLog, read_metrics
 from graft.rundir.progress import progress_bar
 from graft.rundir.trackers import open_trackers
 from graft.training.cost import CostLog, last_cumulative
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What `graft train` and `graft sft` return: where the run is and how it ended."""
+
+    run_dir: Path
+    steps: int
+    final_metrics: dict[str, float]
+    finished_before: bool = False
+    """A resume of a run that had already reached run.steps: nothing was run or written."""
+
+
+def check_finite(cfg: Config, step: int, stats: Mapping[str, Mapping[str, float]]) -> None:
+    """algo.nonfinite=stop: a policy whose update met a NaN or infinite loss or gradient norm
+    (and took no optimizer step on it) ends the run here, before this step is logged or
+    checkpointed; `skip` leaves the count in optim/nonfinite_steps. `stats`: each policy's
+    update metrics."""
+    if cfg.algo.nonfinite != "stop":
+        return
+    for name, policy_stats in stats.items():
+        if policy_stats.get("optim/nonfinite_steps", 0.0) > 0:
+            raise RunStopped(
+                f"policy {name!r}: non-finite loss or gradient norm at step {step + 1}; "
+                f"stopped before its optimizer step, {where_it_stands(Path(cfg.run.out_dir))}. "
+                "Lower the learning rate, or skip such steps with --set algo.nonfinite=skip"
+            )
 
 
 def evaluation_due(step: int, *, every: int, steps: int, at_ends: bool = False) -> bool:

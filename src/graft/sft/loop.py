@@ -26,19 +26,18 @@ from typing import Any
 
 from graft.backends import Backend, check_ray_start, make_backend, policy_specs
 from graft.config import Config, ConfigError
-from graft.errors import DataError, RunStopped
+from graft.errors import DataError
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, read_metrics, run_then_close, write_json, write_summary
-from graft.rundir.book import RunBook, where_it_stands
-from graft.rundir.loop import Loop, begin, open_log, run_steps
+from graft.rundir.book import RunBook
+from graft.rundir.loop import Loop, RunResult, begin, check_finite, open_log, run_steps
 from graft.rundir.progress import warn
 from graft.rundir.trackers import check_trackers
 from graft.seeds import derive_seed
 from graft.sft.data import Example, Examples, read_examples
-from graft.tasks import build_task, prompt_batch, run_verifier
-from graft.trainer import RunResult
+from graft.tasks import build_task, eval_verifier, prompt_batch, run_verifier
 from graft.training.cost import CostLog, step_cost
 from graft.types import PeerResponse, TrainGroup, TrainSequence
 from graft.verify.pool_ray import open_pool
@@ -72,8 +71,7 @@ class SftRun:
         self.cfg = cfg
         task = build_task(cfg.task)
         self.verifier = run_verifier(cfg.verify, task)
-        custom = cfg.verify.verifier or cfg.verify.extract != "boxed"
-        self.eval_verifier = self.verifier if custom else None
+        self.eval_verifier = eval_verifier(cfg.verify, self.verifier)
         check_ray_start(cfg)  # before the verifier pool starts a local Ray cluster
         v = cfg.verify  # on Ray, verification runs on the cluster's CPUs too
         self.pool = open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
@@ -158,11 +156,7 @@ class SftRun:
             seeds={self.name: derive_seed(cfg.run.seed, step, self.name, "update")},
         )[self.name]
         after = self.backend.usage()
-        if stats.get("optim/nonfinite_steps", 0.0) > 0 and cfg.algo.nonfinite == "stop":
-            raise RunStopped(
-                f"policy {self.name!r}: non-finite loss or gradient norm at step {step + 1}; "
-                f"stopped before its optimizer step, {where_it_stands(Path(cfg.run.out_dir))}"
-            )
+        check_finite(cfg, step, {self.name: stats})
         metrics = {
             "sft/loss": stats["loss/policy"],
             "sft/tokens": stats["train/tokens"],

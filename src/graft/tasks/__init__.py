@@ -80,6 +80,13 @@ def run_verifier(verify: VerifyConfig, task: Task) -> str:
     return verifier
 
 
+def eval_verifier(verify: VerifyConfig, verifier: str) -> str | None:
+    """The verifier evaluation scores every suite with: the run's (`verifier`) where the config
+    names one or an answer extraction of its own; None otherwise (each suite its own)."""
+    custom = verify.verifier or verify.extract != "boxed"
+    return verifier if custom else None
+
+
 def prompt_batch(
     problems: tuple[T, ...], *, step: int, batch_size: int, seed: int
 ) -> tuple[T, ...]:
