@@ -233,3 +233,33 @@ def test_verification_cpu_is_counted_in_the_cost_of_the_step(tmp_path):
     assert all(s >= 4 * cpu_verifier.KNOWN_S for s in spent), spent  # 4 responses a step
     assert records[-1]["cost/cum/verify_cpu_s"] == pytest.approx(sum(spent))
     assert "cost/generate_cpu_s" in records[-1]  # every earlier key still there
+
+
+def test_a_steps_verification_cpu_is_attributed_to_each_policy_by_hand():
+    """Verifying a's rollouts takes 2 CPU seconds of the pool, b's 1; the pool spends 3 more on
+    a stored peer's responses, shared evenly: a 2 + 1.5, b 1 + 1.5. Each policy's tokens and
+    FLOPs are its own meter's change over the step."""
+    from graft.training.cost import StepCost, flop_estimate
+
+    pool = [10.0]
+    meters = {n: {"prompt_tokens": 0.0, "gen_tokens": 0.0, "forward_tokens": 0.0,
+                  "train_tokens": 0.0, "params": 100.0} for n in ("a", "b")}  # fmt: skip
+    spend = StepCost(("a", "b"), lambda: {n: dict(m) for n, m in meters.items()}, lambda: pool[0])
+    spend.start()
+    spend.new_rollout()
+    cpu = pool[0]
+    pool[0] += 2.0
+    spend.verified("a", 0.0, cpu)
+    cpu = pool[0]
+    pool[0] += 1.0
+    spend.verified("b", 0.0, cpu)
+    pool[0] += 3.0
+    meters["a"]["gen_tokens"] += 40.0
+    meters["b"]["train_tokens"] += 10.0
+    got = spend.since_start()
+    assert got["a"]["verify_cpu_s"] == 3.5 and got["b"]["verify_cpu_s"] == 2.5
+    assert got["a"]["gen_tokens"] == 40.0 and got["b"]["gen_tokens"] == 0.0
+    assert got["b"]["flops"] == flop_estimate(100.0, forward_tokens=0.0, train_tokens=10.0)
+    assert len(spend.spans) == 2
+    spend.new_rollout()
+    assert spend.spans == [] and spend.busy_s == 0.0

@@ -15,7 +15,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from graft.backends import Backend, check_ray_start, make_backend, policy_specs
 from graft.config import Config, ConfigError, Plan, make_plan
@@ -46,7 +45,7 @@ from graft.tasks import (
     split_problems,
 )
 from graft.training.contrast import Budget, settle
-from graft.training.cost import CostLog, step_cost
+from graft.training.cost import CostLog, StepCost
 from graft.types import Group, Rollout, TrainGroup
 from graft.verify.golds import check_golds, require_golds, usable_problems
 from graft.verify.pool_ray import open_pool
@@ -138,8 +137,7 @@ class Trainer:
         self.book = RunBook(cfg, self.run_dir, self.backend, prefix=self.prefix, warn=warn)
         r = cfg.rollout
         self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
-        self._verify_spans: list[tuple[float, float]] = []  # (start, end) per policy, this step
-        self._verify_cpu: dict[str, float] = {}  # verification CPU seconds per policy, this step
+        self.spend = StepCost(self.names, self.backend.usage, lambda: self.pool.cpu_s)
         self.costs = CostLog(self.prefix)
 
     def _check_golds(self) -> None:
@@ -161,14 +159,15 @@ class Trainer:
     def step(self, step: int) -> dict[str, float]:
         """rollout -> verify -> group -> exchange -> settle -> update -> store -> log, for every
         policy at once; the phases' `time/<phase>_s` add up to `time/step_s`."""
-        clock, started = PhaseClock(), self._usage_now()
+        clock = PhaseClock()
+        self.spend.start()
         groups = self.rollout(step)
-        clock.lap("generate", at=max(a for a, _ in self._verify_spans))
+        clock.lap("generate", at=max(a for a, _ in self.spend.spans))
         clock.lap("verify")
         outcome = clock.timed("exchange", self.exchange, step, groups)
         settled = clock.timed("settle", self.settle, step, outcome.batches)
         stats = clock.timed("train", self.update, step, settled.batches)
-        cost = self._cost_since(started)
+        cost = self.spend.since_start()
         clock.timed("store", self.store, step, groups, outcome.replaced, settled)
         return self._step_metrics(groups, outcome, settled, stats, cost, clock.metrics())
 
@@ -198,31 +197,6 @@ class Trainer:
         }
         with self.book.writing_store(self.recorder.uri):
             self.recorder.record(step, every, replaced, rounds)
-
-    def _usage_now(self) -> tuple[dict[str, Any], float]:
-        """What the policies and the verifier pool have used so far (`_cost_since`)."""
-        self._verify_cpu = dict.fromkeys(self.names, 0.0)
-        return self.backend.usage(), self.pool.cpu_s
-
-    def _cost_since(self, started: tuple[dict[str, Any], float]) -> dict[str, dict[str, float]]:
-        """Each policy's cost since `started` (`_usage_now`): its FLOPs, tokens, seconds and the
-        CPU seconds its verification took."""
-        before, verify_cpu = started
-        after, verified = (
-            self.backend.usage(),
-            self._verify_cpu_by_policy(self.pool.cpu_s - verify_cpu),
-        )
-        return {
-            name: {**step_cost(before[name], after[name]), "verify_cpu_s": verified[name]}
-            for name in self.names
-        }
-
-    def _verify_cpu_by_policy(self, spent: float) -> dict[str, float]:
-        """The step's verification CPU seconds (`spent`, all of the pool's) per policy: what
-        verifying each policy's rollouts cost, and the rest (a stored peer's responses,
-        re-verified for the one policy stored-peer GRAFT trains) shared evenly."""
-        rest = max(0.0, spent - sum(self._verify_cpu.values())) / len(self.names)
-        return {name: self._verify_cpu.get(name, 0.0) + rest for name in self.names}
 
     def settle(self, step: int, batches: Mapping[str, Sequence[TrainGroup]]) -> Settled:
         """Each policy's groups without reward contrast kept, dropped, or replaced by groups on
@@ -280,7 +254,7 @@ class Trainer:
             batch_size=self.plan.prompts_per_step,
             seed=self.cfg.run.seed,
         )
-        self._verify_spans = []
+        self.spend.new_rollout()
         cached = cached or {}
         fresh = [name for name in self.names if name not in cached]
         groups = self.backend.generate(  # each policy's groups, verified as they arrive
@@ -300,8 +274,7 @@ class Trainer:
         start, algo, cpu = time.perf_counter(), self.cfg.algo, self.pool.cpu_s
         verdicts = verify_rollouts(self.pool, self.verifier, rollouts)
         groups = make_groups(rollouts, verdicts, mode=algo.advantage, eps=algo.adv_eps)
-        self._verify_spans.append((start, time.perf_counter()))
-        self._verify_cpu[name] = self._verify_cpu.get(name, 0.0) + self.pool.cpu_s - cpu
+        self.spend.verified(name, start, cpu)
         return groups
 
     def exchange(self, step: int, groups: Mapping[str, Sequence[Group]]) -> ExchangeOutcome:
@@ -346,7 +319,7 @@ class Trainer:
         for name, counts in settled.counts.items():
             out.update({self.prefix[name] + k: v for k, v in counts.items()})
         out.update(self.costs.metrics(cost))
-        out["time/verify_busy_s"] = sum(b - a for a, b in self._verify_spans)
+        out["time/verify_busy_s"] = self.spend.busy_s
         return out
 
     # ------------------------------------------------------------------ evaluation

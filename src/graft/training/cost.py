@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -101,6 +101,56 @@ def step_cost(before: Mapping[str, float], after: Mapping[str, float]) -> dict[s
         after["params"], forward_tokens=forward, train_tokens=out["train_tokens"]
     )
     return out
+
+
+class StepCost:
+    """One training step's cost, attributed to each policy: what its worker used since the step
+    began (`step_cost`) and the CPU seconds the verifier pool spent on it. Verifying a policy's
+    rollouts is timed as it runs (`verified`); what the pool spent besides (a stored peer's
+    responses, re-verified for the one policy stored-peer GRAFT trains) is shared evenly.
+    `usage` and `pool_cpu` read the workers' meters and the pool's CPU seconds."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        usage: Callable[[], Mapping[str, Mapping[str, float]]],
+        pool_cpu: Callable[[], float],
+    ) -> None:
+        self.names = tuple(names)
+        self.usage, self.pool_cpu = usage, pool_cpu
+        self.spans: list[tuple[float, float]] = []  # (start, end) of each policy's verification
+        self.verify_cpu: dict[str, float] = {}
+        self._before: Mapping[str, Mapping[str, float]] = {}
+        self._pool_before = 0.0
+
+    def start(self) -> None:
+        """The step begins: the meters' readings now."""
+        self.verify_cpu = dict.fromkeys(self.names, 0.0)
+        self._before, self._pool_before = self.usage(), self.pool_cpu()
+
+    def new_rollout(self) -> None:
+        self.spans = []
+
+    def verified(self, name: str, start: float, cpu_before: float) -> None:
+        """`name`'s rollouts were verified from `start` (perf_counter) on, the pool's CPU seconds
+        having been `cpu_before`."""
+        self.spans.append((start, time.perf_counter()))
+        self.verify_cpu[name] = self.verify_cpu.get(name, 0.0) + self.pool_cpu() - cpu_before
+
+    @property
+    def busy_s(self) -> float:
+        """Seconds the driver spent verifying this step (the policies' spans summed)."""
+        return sum(b - a for a, b in self.spans)
+
+    def since_start(self) -> dict[str, dict[str, float]]:
+        """Each policy's cost since `start`: FLOPs, tokens, seconds and verification CPU."""
+        after, spent = self.usage(), self.pool_cpu() - self._pool_before
+        rest = max(0.0, spent - sum(self.verify_cpu.values())) / len(self.names)
+        return {
+            name: {**step_cost(self._before[name], after[name]),
+                   "verify_cpu_s": self.verify_cpu.get(name, 0.0) + rest}
+            for name in self.names
+        }  # fmt: skip
 
 
 class CostLog:
