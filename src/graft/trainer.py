@@ -191,12 +191,8 @@ class Trainer:
         the step's own."""
         if self.recorder is None:
             return
-        every = {n: (*gs, *(g for _, g in settled.extra.get(n, ()))) for n, gs in groups.items()}
-        rounds = {
-            n: [0] * len(gs) + [r for r, _ in settled.extra.get(n, ())] for n, gs in groups.items()
-        }
         with self.book.writing_store(self.recorder.uri):
-            self.recorder.record(step, every, replaced, rounds)
+            self.recorder.record(step, groups, replaced, settled.extra)
 
     def settle(self, step: int, batches: Mapping[str, Sequence[TrainGroup]]) -> Settled:
         """Each policy's groups without reward contrast kept, dropped, or replaced by groups on

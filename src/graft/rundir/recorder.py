@@ -102,20 +102,23 @@ class Recorder:
         step: int,
         groups: Mapping[str, Sequence[Group]],
         replaced: Mapping[str, frozenset[int]],
-        rounds: Mapping[str, Sequence[int]] | None = None,
+        extra: Mapping[str, Sequence[tuple[int, Group]]] | None = None,
     ) -> None:
-        """One step's groups of every policy; `rounds`: each group's sampling round per policy
-        (absent: all the step's own, round 0)."""
-        for name, gs in groups.items():
+        """One step's groups of every policy (round 0), then the groups its further sampling
+        rounds drew (`extra`: per policy, each group with its round; dynamic sampling)."""
+        extra = extra or {}
+        for name, own in groups.items():
             if name not in self.provenance:  # a stored peer's groups are not this run's
                 continue
+            more = extra.get(name, ())
+            gs = (*own, *(g for _, g in more))
             flags = [i in replaced.get(name, frozenset()) for i in range(len(gs))]
             rows = group_rows(
                 gs,
                 step=step,
                 prov=self.provenance[name],
                 replaced=flags,
-                rounds=(rounds or {}).get(name, ()),
+                rounds=[0] * len(own) + [r for r, _ in more],
             )
             self.writer.write(name, step, rows)
 
