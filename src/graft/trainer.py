@@ -35,6 +35,7 @@ from graft.rundir.recorder import Recorder
 from graft.rundir.signal import SignalLog, run_summary
 from graft.rundir.trackers import check_trackers
 from graft.seeds import derive_seed
+from graft.session import RunSession
 from graft.tasks import (
     Task,
     build_task,
@@ -103,18 +104,32 @@ class Trainer:
             print(tier_line(), file=sys.stderr)
         self.eval_verifier = eval_verifier(cfg.verify, self.verifier)
         check_ray_start(cfg)  # before the verifier pool starts a local Ray cluster
-        v = cfg.verify  # on Ray, verification runs on the cluster's CPUs too
-        self.pool = open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
-        try:
-            self._check_golds()  # before any model loads
-            if limit:
-                self.train_problems = self.train_problems[:limit]
-            self.backend = backend or make_backend(
-                policy_specs(cfg), cfg.run.backend, ray_strategy=cfg.run.ray_strategy
-            )
-        except BaseException:
-            self.pool.close()
-            raise
+        self.session = RunSession()
+        with self.session.opening():
+            self._open(backend, limit)
+
+        several = len(self.names) > 1
+        self.prefix = {name: policy_prefix(name, several=several) for name in self.names}
+        self.book = RunBook(cfg, self.run_dir, self.backend, prefix=self.prefix, warn=warn)
+        r = cfg.rollout
+        self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
+        self.spend = StepCost(self.names, self.backend.usage, lambda: self.pool.cpu_s)
+        self.costs = CostLog(self.prefix)
+
+    def _open(self, backend: Backend | None, limit: int) -> None:
+        """The verifier pool, the gold checks, the policies' backend and the exchange's source,
+        each opened through the session."""
+        cfg, v = self.cfg, self.cfg.verify  # on Ray, verification runs on the cluster's CPUs too
+        self.pool = self.session.open(
+            open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
+        )
+        self._check_golds()  # before any model loads
+        if limit:
+            self.train_problems = self.train_problems[:limit]
+        self.backend = self.session.open(
+            backend
+            or make_backend(policy_specs(cfg), cfg.run.backend, ray_strategy=cfg.run.ray_strategy)
+        )
         self.monitor = AdmissionMonitor(cfg.exchange.warn_after)
         self.recorder: Recorder | None = None
         self.names = self.backend.names
@@ -123,22 +138,11 @@ class Trainer:
                 cfg.exchange, num_policies=len(self.names), pool=self.pool, verifier=self.verifier
             )
         except (ValueError, ImportError, OSError) as err:  # e.g. a filesystem nobody knows
-            self.close()
             if isinstance(err, ConfigError | DataError | FileNotFoundError):
                 raise
             raise ConfigError(
                 f"exchange.stored.path {cfg.exchange.stored.path}: cannot open it: {err}"
             ) from None
-        except BaseException:
-            self.close()
-            raise
-        several = len(self.names) > 1
-        self.prefix = {name: policy_prefix(name, several=several) for name in self.names}
-        self.book = RunBook(cfg, self.run_dir, self.backend, prefix=self.prefix, warn=warn)
-        r = cfg.rollout
-        self.sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k)
-        self.spend = StepCost(self.names, self.backend.usage, lambda: self.pool.cpu_s)
-        self.costs = CostLog(self.prefix)
 
     def _check_golds(self) -> None:
         """Refuse data whose golds the verifier mostly cannot parse; report and leave out (train)
@@ -346,7 +350,9 @@ class Trainer:
         if start is None:
             return RunResult(run_dir, cfg.run.steps, {}, finished_before=True)  # nothing written
         if cfg.store.enabled:
-            self.recorder = Recorder(cfg, run_dir, verifier=self.verifier, policies=workers)
+            self.recorder = self.session.open(
+                Recorder(cfg, run_dir, verifier=self.verifier, policies=workers)
+            )
             self.recorder.rollback(start)
         log, self.costs = open_log(cfg, run_dir, self.prefix, start=start)
         self.signal = SignalLog(
@@ -386,10 +392,7 @@ class Trainer:
                 self.recorder.note_cost(self.costs.cum)
 
     def close(self) -> None:
-        if getattr(self, "recorder", None) is not None:
-            self.recorder.close()
-        self.backend.close()
-        self.pool.close()
+        self.session.close()
 
 
 def train(cfg: Config, *, resume: bool = False, overwrite: bool = False) -> RunResult:

@@ -36,6 +36,7 @@ from graft.rundir.loop import Loop, RunResult, begin, check_finite, open_log, ru
 from graft.rundir.progress import warn
 from graft.rundir.trackers import check_trackers
 from graft.seeds import derive_seed
+from graft.session import RunSession
 from graft.sft.data import Example, Examples, read_examples
 from graft.tasks import build_task, eval_verifier, prompt_batch, run_verifier
 from graft.training.cost import CostLog, step_cost
@@ -74,23 +75,19 @@ class SftRun:
         self.eval_verifier = eval_verifier(cfg.verify, self.verifier)
         check_ray_start(cfg)  # before the verifier pool starts a local Ray cluster
         v = cfg.verify  # on Ray, verification runs on the cluster's CPUs too
-        self.pool = open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
-        try:
+        self.session = RunSession()
+        with self.session.opening():
+            self.pool = self.session.open(
+                open_pool(v.workers, v.timeout_s, ray=cfg.run.backend == "ray")
+            )
             self.examples = read_examples(
                 cfg.sft, pool=self.pool, verifier=self.verifier, seed=cfg.run.seed
             )
             self.suites = self._suites()
-            self.backend = sft_backend(cfg)
-        except BaseException:
-            self.pool.close()
-            raise
-        self.name = self.backend.names[0]
-        self.prefix = {self.name: ""}
-        try:
+            self.backend = self.session.open(sft_backend(cfg))
+            self.name = self.backend.names[0]
+            self.prefix = {self.name: ""}
             self.train_set, self.val_set, self.counts = self._encode(self.examples)
-        except BaseException:
-            self.close()
-            raise
         self.costs = CostLog(self.prefix)
 
     def _suites(self) -> list[Suite]:
@@ -231,9 +228,7 @@ class SftRun:
             )
 
     def close(self) -> None:
-        if getattr(self, "backend", None) is not None:
-            self.backend.close()
-        self.pool.close()
+        self.session.close()
 
 
 def against_start(best: Mapping[str, Any], run_dir: Path, *, samples: int) -> dict[str, Any]:
