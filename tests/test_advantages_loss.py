@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from graft.config import AlgoConfig
 from graft.groups import drgrpo_advantages, grpo_advantages
 from graft.training.loss import (
     LossSettings,
@@ -144,7 +145,8 @@ def test_vectorized_loss_equals_plain_loop(mode):
         assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
-PAPER = LossSettings(clip_low=0.2, clip_high=0.28, luffy_gamma=0.1)
+PAPER = LossSettings(clip_low=0.2, clip_high=0.28, luffy_gamma=0.1, dual_clip=0.0, ratio="token")
+assert LossSettings.of(AlgoConfig()) == PAPER  # the paper's settings are the defaults
 
 
 def test_graft_objective_is_eq_10_with_sequence_weights():

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from graft.cli import main
 from graft.config import AblationConfig, ExchangeConfig, StoredPeerConfig
 from graft.exchange import StoredPeer
-from graft.groups import group_advantages, make_groups
+from graft.groups import Advantage, group_advantages, make_groups
 from graft.rundir import checkpoint_problems, read_metrics, write_manifest
 from graft.store import Provenance, StoreWriter, group_rows
 from graft.types import Completion, Problem, Rollout, Verdict
@@ -246,7 +246,7 @@ def test_stored_peer_advantages_follow_the_advantage_settings(tmp_path, mode, ep
     )
     with VerifierPool(workers=1) as pool:
         groups, _ = peer.source_groups(
-            problems, step=0, pool=pool, verifier="final_number", adv_mode=mode, adv_eps=eps
+            problems, step=0, pool=pool, verifier="final_number", adv=Advantage(mode, eps)
         )
     rewards = torch.tensor([[float(j <= i) for j in range(4)] for i in range(3)])
     expected = group_advantages(rewards, mode=mode, eps=eps)

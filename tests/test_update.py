@@ -1,5 +1,6 @@
 """The update: micro-batch accumulation invariance, minibatch order, an update that learns."""
 
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -141,7 +142,7 @@ def test_luffy_and_sft_objectives_have_the_stated_gradients(random_lm):
     seq = _one_token_batch("pg")[0]
     logp = score_sequences(random_lm, [seq.prompt_ids], [seq.response_ids], pad_id=0)[0][0]
     p, g = torch.tensor(logp).exp().item(), 0.1
-    s = UpdateSettings(micro_batch_size=1, luffy_gamma=g)
+    s = UpdateSettings(micro_batch_size=1, loss=replace(UpdateSettings().loss, luffy_gamma=g))
     for objective, expected_loss in (
         ("luffy", -1.0 * p / (p + g)),
         ("sft", -logp),
@@ -200,7 +201,8 @@ def test_kl_penalty_holds_the_policy_near_the_reference(random_lm):
         model = copy.deepcopy(random_lm)
         ref = copy.deepcopy(random_lm).requires_grad_(False)
         opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
-        s = UpdateSettings(minibatches=1, epochs=4, kl_coef=kl, clip_high=10.0)
+        loss = replace(UpdateSettings().loss, clip_high=10.0)
+        s = UpdateSettings(minibatches=1, epochs=4, kl_coef=kl, loss=loss)
         stats = train_on_batch(model, opt, [TrainGroup("q", seqs)], s, pad_id=0, ref_model=ref)
         after = score_sequences(model, [prompt], [good], pad_id=0)
         moved[kl] = sum(after[0]) - sum(old[0])
@@ -318,6 +320,9 @@ def test_update_settings_default_to_the_configs_defaults_and_map_a_config():
         OptimConfig(grad_clip=2.0),
         ExchangeConfig(ablation=AblationConfig(peer_position="first", luffy_gamma=0.3)),
     )
-    got = (changed.clip_high, changed.loss_constant, changed.dedup_responses, changed.temperature)
+    got = (changed.loss.clip_high, changed.loss_constant, changed.dedup_responses,
+           changed.temperature)  # fmt: skip
     assert got == (0.5, 7, False, 0.7)
-    assert (changed.grad_clip, changed.peer_position, changed.luffy_gamma) == (2.0, "first", 0.3)
+    assert (changed.grad_clip, changed.peer_position, changed.loss.luffy_gamma) == (
+        2.0, "first", 0.3
+    )  # fmt: skip

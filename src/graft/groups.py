@@ -8,9 +8,11 @@ A group with zero reward variance (all-pass or all-fail) gets advantage 0 for ev
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
+from graft.config import AlgoConfig
 from graft.types import Group, Rollout, TrainGroup, TrainSequence, Verdict
 from graft.verify.registry import verdict_counts
 
@@ -38,6 +40,24 @@ ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
+@dataclass(frozen=True)
+class Advantage:
+    """How group-relative advantages are computed (`algo.advantage`, `algo.adv_eps`): one record
+    from the config to every place that computes them (a run's groups, a stored peer's, the
+    pooled-groups ablation)."""
+
+    mode: str
+    eps: float
+
+    @classmethod
+    def of(cls, algo: AlgoConfig) -> Advantage:
+        return cls(algo.advantage, algo.adv_eps)
+
+
+ADVANTAGE = Advantage.of(AlgoConfig())
+"""The config's default: `algo.advantage` and `algo.adv_eps` as AlgoConfig sets them."""
+
+
 def group_advantages(
     rewards_PG: torch.Tensor, *, mode: str = "grpo", eps: float = 1e-6
 ) -> torch.Tensor:
@@ -47,9 +67,7 @@ def group_advantages(
 def make_groups(
     rollouts_P: Sequence[Rollout],
     verdicts_P: Sequence[Sequence[Verdict]],
-    *,
-    mode: str = "grpo",
-    eps: float = 1e-6,
+    adv: Advantage = ADVANTAGE,
 ) -> tuple[Group, ...]:
     """Attach verdicts and advantages (over each whole group) to a policy's rollouts."""
     if len(rollouts_P) != len(verdicts_P):
@@ -60,13 +78,13 @@ def make_groups(
     for rollout, verdicts in zip(rollouts_P, verdicts_P):
         if len(verdicts) != len(rollout.completions_G):
             raise ValueError(f"group {rollout.problem.id}: verdicts do not match completions")
+    rows = [[v.reward for v in vs] for vs in verdicts_P]
     if len(sizes) == 1:
-        rewards_PG = torch.tensor([[v.reward for v in vs] for vs in verdicts_P])
-        adv_PG = group_advantages(rewards_PG, mode=mode, eps=eps).tolist()
+        adv_PG = group_advantages(torch.tensor(rows), mode=adv.mode, eps=adv.eps).tolist()
     else:  # unequal groups (possible with stored data): one row at a time
         adv_PG = [
-            group_advantages(torch.tensor([[v.reward for v in vs]]), mode=mode, eps=eps)[0].tolist()
-            for vs in verdicts_P
+            group_advantages(torch.tensor([row]), mode=adv.mode, eps=adv.eps)[0].tolist()
+            for row in rows
         ]
     return tuple(
         Group(rollout=r, verdicts_G=tuple(vs), advantages_G=tuple(a))

@@ -22,7 +22,7 @@ from graft.errors import DataError
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
-from graft.groups import group_metrics, make_groups, self_train_group
+from graft.groups import Advantage, group_metrics, make_groups, self_train_group
 from graft.preflight import check_store
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close, write_summary
@@ -273,7 +273,7 @@ class Trainer:
         as soon as they arrive, while the other policies still sample."""
         start, algo, cpu = time.perf_counter(), self.cfg.algo, self.pool.cpu_s
         verdicts = verify_rollouts(self.pool, self.verifier, rollouts)
-        groups = make_groups(rollouts, verdicts, mode=algo.advantage, eps=algo.adv_eps)
+        groups = make_groups(rollouts, verdicts, Advantage.of(algo))
         self.spend.verified(name, start, cpu)
         return groups
 
@@ -287,8 +287,7 @@ class Trainer:
             self.cfg.exchange,
             seed=derive_seed(self.cfg.run.seed, step, "exchange"),
             step=step,
-            adv_mode=algo.advantage,
-            adv_eps=algo.adv_eps,
+            adv=Advantage.of(algo),
         )
         for message in self.monitor.update(outcome.directions):
             warn(message)

@@ -691,7 +691,7 @@ def _write(
 ) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
-    from graft.groups import make_groups
+    from graft.groups import Advantage, make_groups
     from graft.store import Provenance, StoreWriter, group_rows
     from graft.tasks import build_task, run_verifier
     from graft.verify.registry import verifier_version
@@ -722,7 +722,7 @@ def _write(
         rollouts = rollouts_of(name, groups, scored)
         cut += sum(c.finish_reason == "length" for ro in rollouts for c in ro.completions_G)
         verdicts = verify_rollouts(pool, verifier, rollouts)
-        made = make_groups(rollouts, verdicts, mode=cfg.algo.advantage, eps=cfg.algo.adv_eps)
+        made = make_groups(rollouts, verdicts, Advantage.of(cfg.algo))
         logged = [[row.reward for row in rs] for _, rs in groups]
         own = [[log_columns(row) for row in rs] for _, rs in groups]
         writer.write(name, step, group_rows(made, step=step, prov=prov, log_rewards=logged,

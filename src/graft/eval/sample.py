@@ -177,7 +177,7 @@ def sample_to_store(
     record of the model (its path and how it was named). Returns a summary: the run id, the
     prompts and rows written now and before, and the share of responses verified correct."""
     from graft.backends.inprocess import InProcessBackend
-    from graft.groups import make_groups
+    from graft.groups import Advantage, make_groups
     from graft.rollout import SamplingParams
     from graft.store import Provenance, StoreWriter, group_rows
     from graft.tasks import build_task, run_verifier
@@ -218,7 +218,7 @@ def sample_to_store(
                 chunk, n=settings.n, params=params, seeds={policy: settings.seed}
             ).values()
             verdicts = verify_rollouts(pool, verifier, rollouts)
-            groups = make_groups(rollouts, verdicts, mode=cfg.algo.advantage, eps=cfg.algo.adv_eps)
+            groups = make_groups(rollouts, verdicts, Advantage.of(cfg.algo))
             writer.write(policy, k, group_rows(groups, step=k, prov=prov))
             writer.flush()  # each chunk on disk before the next: a kill loses at most one
             return sum(v.correct for vs in verdicts for v in vs), sum(len(vs) for vs in verdicts)

@@ -21,7 +21,7 @@ import torch
 from graft.config import ExchangeConfig
 from graft.exchange.records import Direction
 from graft.exchange.replace import Members, admitted_rows, peer_sequence, replacement_groups
-from graft.groups import group_advantages, self_train_group
+from graft.groups import Advantage, group_advantages, self_train_group
 from graft.types import Group, Imported, TrainGroup, TrainSequence
 
 Replace = Callable[[Direction, Sequence[float]], dict[int, TrainGroup]]
@@ -92,7 +92,7 @@ def random_admission(
 
 
 def pooled_groups(
-    d: Direction, weights: Sequence[float], *, adv_mode: str, adv_eps: float
+    d: Direction, weights: Sequence[float], *, adv: Advantage
 ) -> dict[int, TrainGroup]:
     """replacement=pooled: the receiver keeps its n responses and gets the admitted peer ones, with
     advantages over the pooled rewards (nothing when no peer response is admitted)."""
@@ -101,9 +101,9 @@ def pooled_groups(
         if rows:
             own, src = d.receiver[i], d.source[i]
             pooled = torch.tensor([[*own.rewards_G, *src.rewards_G]])
-            adv = group_advantages(pooled, mode=adv_mode, eps=adv_eps)[0].tolist()
-            own_group = Group(own.rollout, own.verdicts_G, tuple(adv[: own.size]))
-            src_adv = adv[own.size :]
+            adv_G = group_advantages(pooled, mode=adv.mode, eps=adv.eps)[0].tolist()
+            own_group = Group(own.rollout, own.verdicts_G, tuple(adv_G[: own.size]))
+            src_adv = adv_G[own.size :]
             peer = [
                 peer_sequence(d.imported[r], src_adv[d.requests[r].member], weights[r])
                 for r in rows
@@ -136,12 +136,12 @@ def sgt_groups(d: Direction, weights: Sequence[float], *, coef: float) -> dict[i
     return out
 
 
-def replacement_for(cfg: ExchangeConfig, *, adv_mode: str, adv_eps: float) -> Replace:
+def replacement_for(cfg: ExchangeConfig, *, adv: Advantage) -> Replace:
     """The replacement rule of the configured update (the paper's unless an ablation is set)."""
     if cfg.ablation.peer_update == "sgt":
         return partial(sgt_groups, coef=cfg.ablation.sgt_coef)
     if cfg.ablation.peer_update in ("luffy", "unclipped"):
         return partial(replacement_groups, objective=cfg.ablation.peer_update)
     if cfg.ablation.replacement == "pooled":
-        return partial(pooled_groups, adv_mode=adv_mode, adv_eps=adv_eps)
+        return partial(pooled_groups, adv=adv)
     return replacement_groups

@@ -30,7 +30,7 @@ from graft.exchange.records import (
 from graft.exchange.replace import all_members, peer_requests, receiver_batch
 from graft.exchange.sources import Pair, Source
 from graft.exchange.weight import admission_weights, compatibility_scores
-from graft.groups import self_train_group
+from graft.groups import ADVANTAGE, Advantage, self_train_group
 from graft.seeds import derive_seed
 from graft.types import Group, Imported, PeerResponse, TrainGroup
 
@@ -75,8 +75,7 @@ def graft_direction(
     imported: Sequence[Imported],
     cfg: ExchangeConfig,
     *,
-    adv_mode: str = "grpo",
-    adv_eps: float = 1e-6,
+    adv: Advantage = ADVANTAGE,
     seed: int = 0,
 ) -> DirectionResult:
     """Weigh and replace for one (source -> receiver) direction, with its diagnostics."""
@@ -86,7 +85,7 @@ def graft_direction(
     )
     weights = admission_weights(s_values, imported, delta=cfg.delta, mode=cfg.ablation.weight)
     weights = ablations.weights_for(weights, imported, cfg, seed=seed)
-    replace = ablations.replacement_for(cfg, adv_mode=adv_mode, adv_eps=adv_eps)
+    replace = ablations.replacement_for(cfg, adv=adv)
     groups = replace(d, weights)
     metrics = direction_metrics(d, s_values, weights)
     metrics["prompts_grafted"] = float(len(groups))
@@ -115,13 +114,12 @@ def exchange(
     *,
     seed: int,
     step: int = 0,
-    adv_mode: str = "grpo",
-    adv_eps: float = 1e-6,
+    adv: Advantage = ADVANTAGE,
 ) -> ExchangeOutcome:
     """GRAFT from `source` into the policies of `groups`; plain GRPO batches without a source."""
     if source is None:
         return no_exchange(groups)
-    offer = source.offer(groups, cfg, StepInfo(step, seed, adv_mode, adv_eps))
+    offer = source.offer(groups, cfg, StepInfo(step, seed, adv))
     chosen = {(s.source, s.receiver): s for s in offer.selections}
     requests = {
         (a, b): transfer_requests(
@@ -142,8 +140,7 @@ def exchange(
             requests[a, b],
             imported[a, b],
             cfg,
-            adv_mode=adv_mode,
-            adv_eps=adv_eps,
+            adv=adv,
             seed=derive_seed(seed, a, b, "admission"),
         )
         for (a, b), s in chosen.items()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from graft.groups import ADVANTAGE, Advantage
 from graft.types import Group, Imported, PeerResponse, TrainGroup
 
 
@@ -47,10 +48,8 @@ class StepInfo:
     step: int
     seed: int
     """The step's exchange seed; every random choice of the exchange is derived from it."""
-    adv_mode: str = "grpo"
-    """`algo.advantage`, for advantages the exchange computes (stored peer, pooled ablation)."""
-    adv_eps: float = 1e-6
-    """`algo.adv_eps`."""
+    adv: Advantage = ADVANTAGE
+    """For the advantages the exchange computes (a stored peer's, the pooled ablation's)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from graft.config import ExchangeConfig
 from graft.config.lib import ConfigError
 from graft.exchange.gate import one_way
 from graft.exchange.records import Offer, StepInfo
-from graft.groups import make_groups
+from graft.groups import ADVANTAGE, Advantage, make_groups
 from graft.seeds import derive_seed
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.types import Completion, Group, Problem, Rollout, Verdict
@@ -97,11 +97,10 @@ class StoredPeer:
         step: int,
         pool: VerifierPool,
         verifier: str,
-        adv_mode: str = "grpo",
-        adv_eps: float = 1e-6,
+        adv: Advantage = ADVANTAGE,
     ) -> tuple[list[Group], dict[str, float]]:
         """The peer's groups aligned with `problems` (an empty group where none is stored), their
-        advantages from the re-verified rewards under the run's `algo.advantage` / `adv_eps`."""
+        advantages from the re-verified rewards under the run's `adv`."""
         try:
             records = self.store.lookup(
                 [p.id for p in problems],
@@ -129,11 +128,7 @@ class StoredPeer:
                 vs = shuffled(vs, step=step, prompt_id=p.id)
             rollouts.append(Rollout(p, self.name, (), tuple(_completion(r) for r in rows)))
             verdicts.append(vs)
-        regrouped = (
-            {g.problem.id: g for g in make_groups(rollouts, verdicts, mode=adv_mode, eps=adv_eps)}
-            if found
-            else {}
-        )
+        regrouped = {g.problem.id: g for g in make_groups(rollouts, verdicts, adv)} if found else {}
         unscored = 0
         if self.cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS:  # the weight needs each row's own
             for pid, group in regrouped.items():
@@ -177,8 +172,7 @@ class StoredPeer:
             step=at.step,
             pool=self.pool,
             verifier=self.verifier,
-            adv_mode=at.adv_mode,
-            adv_eps=at.adv_eps,
+            adv=at.adv,
         )
         aligned = {receiver: receiver_groups, self.name: source}
         return Offer(aligned, [one_way(self.name, receiver, aligned)], metrics)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graft.config import AlgoConfig, ExchangeConfig
+
 
 def clipped_surrogate(
     logp_BT: torch.Tensor,
@@ -167,15 +169,20 @@ def aggregate(
 
 @dataclass(frozen=True)
 class LossSettings:
-    """The settings the policy losses read (`algo.clip_low`, ...;
-    `exchange.ablation.luffy_gamma`)."""
+    """The settings the policy losses read, built once from the config (`of`): `algo.clip_low`,
+    `clip_high`, `dual_clip` and `ratio`, and `exchange.ablation.luffy_gamma`."""
 
     clip_low: float
     clip_high: float
     luffy_gamma: float
-    dual_clip: float = 0.0
-    ratio: str = "token"
+    dual_clip: float
+    ratio: str
     """`token` (PPO/GRAFT) or `sequence` (GSPO-style, an ablation)."""
+
+    @classmethod
+    def of(cls, algo: AlgoConfig, exchange: ExchangeConfig | None = None) -> LossSettings:
+        luffy = (exchange or ExchangeConfig()).ablation.luffy_gamma
+        return cls(algo.clip_low, algo.clip_high, luffy, algo.dual_clip, algo.ratio)
 
 
 @dataclass(frozen=True)

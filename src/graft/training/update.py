@@ -14,7 +14,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,22 +45,18 @@ class UpdateSettings:
     """What one policy's update needs from the config (`from_config` maps a config onto these
     fields; the defaults are the config's, a test keeps them so)."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: float = 0.0
+    loss: LossSettings = field(default_factory=lambda: LossSettings.of(AlgoConfig()))
+    """What the policy losses read (clipping, the ratio, LUFFY's gamma)."""
     loss_agg: str = "token-mean"
     loss_constant: int = 0
     minibatches: int = 4
     micro_batch_size: int = 32
     epochs: int = 1
     kl_coef: float = 0.0
-    ratio: str = "token"
-    """`token` (PPO/GRAFT) or `sequence` (GSPO-style, an ablation)."""
     peer_position: str = "last"
     """Where minibatches holding peer groups go: `last` (GRAFT), `first`, `uniform` (shuffled)."""
     grad_clip: float = 1.0
     temperature: float = 1.0
-    luffy_gamma: float = 0.1
     skip_zero_advantage: bool = True
     """Skip the forward/backward of responses with exactly zero gradient (see _zero_gradient)."""
     sort_by_length: bool = True
@@ -87,31 +83,20 @@ class UpdateSettings:
         exchange = exchange or ExchangeConfig()
         return cls(
             **{name: getattr(algo, name) for name in _SAME_AS_ALGO},
+            loss=LossSettings.of(algo, exchange),
             loss_constant=algo.loss_constant or rollout.max_new_tokens,
             peer_position=exchange.ablation.peer_position,
             grad_clip=optim.grad_clip,
             temperature=rollout.temperature,
-            luffy_gamma=exchange.ablation.luffy_gamma,
-        )
-
-    @property
-    def loss(self) -> LossSettings:
-        """What the policy losses read."""
-        return LossSettings(
-            self.clip_low, self.clip_high, self.luffy_gamma, self.dual_clip, self.ratio
         )
 
 
 _SAME_AS_ALGO = (
-    "clip_low",
-    "clip_high",
-    "dual_clip",
     "loss_agg",
     "minibatches",
     "micro_batch_size",
     "epochs",
     "kl_coef",
-    "ratio",
     "skip_zero_advantage",
     "sort_by_length",
     "share_prompts",
