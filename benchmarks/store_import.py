@@ -26,7 +26,7 @@ import torch
 from common import emit
 
 from graft.config import Config, load_config
-from graft.eval.log_import import ImportSettings, import_logs
+from graft.peerlog.log_import import ImportSettings, import_logs
 from graft.store import Provenance, StoreWriter, TrajectoryStore
 from graft.store.dataset import export_dataset
 from graft.store.schema import COLUMNS

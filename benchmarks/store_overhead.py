@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from common import emit, peak_rss_mib, step_arguments, summary
 
 from graft.config import Config, load_config
-from graft.rundir.recorder import Recorder
+from graft.peerlog.recorder import Recorder
 from graft.store import TrajectoryStore
 from graft.trainer import Trainer
 

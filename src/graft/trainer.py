@@ -22,7 +22,9 @@ from graft.errors import DataError
 from graft.eval.evaluate import evaluate_once
 from graft.eval.suites import Suite, check_suite_golds, load_suites
 from graft.exchange import AdmissionMonitor, ExchangeOutcome, exchange, make_source
-from graft.groups import Advantage, group_metrics, make_groups, self_train_group
+from graft.groups import Advantage, group_metrics, self_train_group
+from graft.peerlog.recorder import Recorder
+from graft.peerlog.writer import verified_groups
 from graft.preflight import check_store
 from graft.rollout import SamplingParams
 from graft.rundir import MetricsLog, policy_prefix, read_metrics, run_then_close, write_summary
@@ -31,7 +33,6 @@ from graft.rundir.checkpoints import refuse_unresumable
 from graft.rundir.loop import Loop, RunResult, begin, check_finite, open_log, run_steps
 from graft.rundir.phases import PhaseClock
 from graft.rundir.progress import reward_postfix, say, warn
-from graft.rundir.recorder import Recorder
 from graft.rundir.signal import SignalLog, run_summary
 from graft.rundir.trackers import check_trackers
 from graft.seeds import derive_seed
@@ -51,7 +52,6 @@ from graft.types import Group, Rollout, TrainGroup
 from graft.verify.golds import check_golds, require_golds, usable_problems
 from graft.verify.pool_ray import open_pool
 from graft.verify.registry import VerifierKind, resolve_verifier
-from graft.verify.scoring import verify_rollouts
 
 
 @dataclass(frozen=True)
@@ -272,8 +272,7 @@ class Trainer:
         """One policy's rollouts, verified and grouped with their advantages; runs in the driver
         as soon as they arrive, while the other policies still sample."""
         start, algo, cpu = time.perf_counter(), self.cfg.algo, self.pool.cpu_s
-        verdicts = verify_rollouts(self.pool, self.verifier, rollouts)
-        groups = make_groups(rollouts, verdicts, Advantage.of(algo))
+        groups, _ = verified_groups(self.pool, self.verifier, rollouts, Advantage.of(algo))
         self.spend.verified(name, start, cpu)
         return groups
 

@@ -129,7 +129,7 @@ def _settings(args: argparse.Namespace, cfg: Any) -> Any:
 
     from graft.config import ConfigError
     from graft.config.checks import check_eval_sampling
-    from graft.eval.sample import SampleSettings
+    from graft.peerlog.sample import SampleSettings
 
     for flag, value, least in (("--n", args.n, 0), ("--limit", args.limit, 0),
                                ("--chunk", args.chunk, 1), ("--workers", args.workers, 1),
@@ -156,7 +156,7 @@ def _settings(args: argparse.Namespace, cfg: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from graft.eval.sample import sample_to_store
+    from graft.peerlog.sample import sample_to_store
     from graft.training.policy import PolicySpec
     from graft.verify.pool import VerifierPool
 

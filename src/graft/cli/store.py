@@ -182,7 +182,7 @@ def _import(args: argparse.Namespace) -> int:
 
     from graft.cli.common import load
     from graft.errors import ConfigError
-    from graft.eval.log_import import ImportSettings, import_logs
+    from graft.peerlog.log_import import ImportSettings, import_logs
     from graft.preflight import check_writable_dir, resolved
     from graft.verify.pool import VerifierPool
 
@@ -221,7 +221,7 @@ def _import(args: argparse.Namespace) -> int:
 
 def _read_settings(args: argparse.Namespace) -> Any:
     from graft.errors import ConfigError
-    from graft.eval.log_import import ReadSettings
+    from graft.peerlog.log_import import ReadSettings
 
     names = tuple(n.strip() for n in args.reward_columns.split(",") if n.strip())
     if args.reward_columns and len(names) != len(args.reward_columns.split(",")):

@@ -21,7 +21,8 @@ from graft.config import ExchangeConfig
 from graft.config.lib import ConfigError
 from graft.exchange.gate import one_way
 from graft.exchange.records import Offer, StepInfo
-from graft.groups import ADVANTAGE, Advantage, make_groups
+from graft.groups import ADVANTAGE, Advantage
+from graft.peerlog.writer import verified_groups
 from graft.seeds import derive_seed
 from graft.store import DamagedShardError, StoreError, TrajectoryStore
 from graft.types import Completion, Group, Problem, Rollout, Verdict
@@ -111,24 +112,25 @@ class StoredPeer:
         except DamagedShardError as err:
             raise DamagedShardError(f"{self._named(err)}; {SKIP_HINT}") from None
         found = [p for p in problems if p.id in records]
-        items = [
-            (verifier, row["response"], p.gold, p.prompt) for p in found for row in records[p.id]
-        ]
-        verdicts_flat = pool.verify(items) if items else []
-        rollouts, verdicts, pos, changed = [], [], 0, 0
-        with_logprobs = {}
+        rollouts, with_logprobs = [], {}
         for p in found:
             rows = records[p.id]
             self._check_logprobs(rows)
             with_logprobs[p.id] = [_scored(r) for r in rows]
-            vs = verdicts_flat[pos : pos + len(rows)]
-            pos += len(rows)
-            changed += sum(v.reward != row["reward"] for v, row in zip(vs, rows))
-            if self.cfg.stored.rewards == "shuffled":
-                vs = shuffled(vs, step=step, prompt_id=p.id)
             rollouts.append(Rollout(p, self.name, (), tuple(_completion(r) for r in rows)))
-            verdicts.append(vs)
-        regrouped = {g.problem.id: g for g in make_groups(rollouts, verdicts, adv)} if found else {}
+        adjust = None
+        if self.cfg.stored.rewards == "shuffled":
+            adjust = lambda r, vs: tuple(shuffled(vs, step=step, prompt_id=r.problem.id))  # noqa: E731
+        made, verdicts = (
+            verified_groups(pool, verifier, rollouts, adv, adjust=adjust) if found else ((), [])
+        )
+        changed = sum(
+            v.reward != row["reward"]
+            for p, vs in zip(found, verdicts)
+            for v, row in zip(vs, records[p.id])
+        )
+        verdicts_flat = [v for vs in verdicts for v in vs]
+        regrouped = {g.problem.id: g for g in made}
         unscored = 0
         if self.cfg.ablation.weight in NEEDS_SOURCE_LOGPROBS:  # the weight needs each row's own
             for pid, group in regrouped.items():
@@ -138,7 +140,7 @@ class StoredPeer:
         metrics = {
             "stored/prompts_found": float(len(found)),
             "stored/prompts_missing": float(len(problems) - len(found)),
-            "stored/reverified": float(len(items)),
+            "stored/reverified": float(len(verdicts_flat)),
             "stored/reward_changed": float(changed),
             "stored/reward_mean": (
                 sum(v.reward for v in verdicts_flat) / len(verdicts_flat) if verdicts_flat else 0.0

@@ -464,7 +464,7 @@ def run_meta(
 ) -> dict[str, Any]:
     """The imported run's metadata: the config it was verified under, the source files with
     their hashes and reward columns, the steps the log holds and what else the import says."""
-    from graft.rundir.recorder import run_metadata
+    from graft.peerlog.recorder import run_metadata
 
     steps = sorted({r.step for r in rows})
     kinds = sorted({log.format for log in logs.values()})
@@ -691,11 +691,9 @@ def _write(
 ) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
-    from graft.groups import Advantage, make_groups
-    from graft.store import Provenance, StoreWriter, group_rows
+    from graft.groups import Advantage
+    from graft.peerlog.writer import LogWriter, provenance, verified_groups
     from graft.tasks import build_task, run_verifier
-    from graft.verify.registry import verifier_version
-    from graft.verify.scoring import verify_rollouts
 
     name = settings.name
     rows = [r for groups in steps.values() for _, rs in groups for r in rs]
@@ -709,24 +707,18 @@ def _write(
         chat_template_from=info.get("chat_template_from", ""),
         finish_unread=info.get("finish_unread", 0),
     )  # fmt: skip
-    writer = StoreWriter(str(out), run_id=run_id, run_meta=meta, background=False)
-    r = cfg.rollout
     limits = [log.limit for log in logs.values() if log.limit]
-    prov = Provenance(
-        run_id, name, info.get("model_revision", ""), info.get("tokenizer", ""), verifier,
-        verifier_version(verifier), r.temperature, r.top_p, r.top_k,
-        max(limits) if limits else r.max_new_tokens,
-    )  # fmt: skip
+    prov = provenance(run_id, name, info, verifier, cfg.rollout,
+                      max_new_tokens=max(limits) if limits else 0)  # fmt: skip
+    writer = LogWriter(str(out), run_id=run_id, run_meta=meta, provenance={name: prov})
     correct, cut, all_verdicts = 0, 0, []
     for step, groups in tqdm(steps.items(), desc="import", unit="step", disable=not progress):
         rollouts = rollouts_of(name, groups, scored)
         cut += sum(c.finish_reason == "length" for ro in rollouts for c in ro.completions_G)
-        verdicts = verify_rollouts(pool, verifier, rollouts)
-        made = make_groups(rollouts, verdicts, Advantage.of(cfg.algo))
+        made, verdicts = verified_groups(pool, verifier, rollouts, Advantage.of(cfg.algo))
         logged = [[row.reward for row in rs] for _, rs in groups]
         own = [[log_columns(row) for row in rs] for _, rs in groups]
-        writer.write(name, step, group_rows(made, step=step, prov=prov, log_rewards=logged,
-                                            log_columns=own))  # fmt: skip
+        writer.write(name, step, made, log_rewards=logged, log_columns=own)
         correct += sum(v.correct for vs in verdicts for v in vs)
         all_verdicts += [v for vs in verdicts for v in vs]
     writer.close()

@@ -19,7 +19,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ def _task_name(task: Any) -> str:
 def provenance_meta(cfg: Config, run_id: str, sample: dict[str, Any]) -> dict[str, Any]:
     """The store's run metadata of a sampling: a run's (config, versions, commit) and what was
     sampled."""
-    from graft.rundir.recorder import run_metadata
+    from graft.peerlog.recorder import run_metadata
 
     return {**run_metadata(cfg, run_id), "sample": sample}
 
@@ -177,13 +177,11 @@ def sample_to_store(
     record of the model (its path and how it was named). Returns a summary: the run id, the
     prompts and rows written now and before, and the share of responses verified correct."""
     from graft.backends.inprocess import InProcessBackend
-    from graft.groups import Advantage, make_groups
+    from graft.groups import Advantage
+    from graft.peerlog.writer import LogWriter, provenance, verified_groups
     from graft.rollout import SamplingParams
-    from graft.store import Provenance, StoreWriter, group_rows
     from graft.tasks import build_task, run_verifier
     from graft.training.cost import step_cost
-    from graft.verify.registry import verifier_version
-    from graft.verify.scoring import verify_rollouts
 
     drawn_by = None
     if settings.steps_of:
@@ -202,12 +200,11 @@ def sample_to_store(
         done, earlier = chunks_done(out, cfg, run_id, policy), _earlier_cost(out, run_id)
         sample = {"policy": policy, **describe, "revision": info["model_revision"],
                   **asdict(settings)}  # fmt: skip
-        writer = StoreWriter(out, run_id=run_id, run_meta=provenance_meta(cfg, run_id, sample))
-        prov = Provenance(
-            run_id, policy, info["model_revision"], info["tokenizer"], verifier,
-            verifier_version(verifier), settings.temperature, settings.top_p, settings.top_k,
-            settings.max_new_tokens,
-        )  # fmt: skip
+        drawn = replace(cfg.rollout, temperature=settings.temperature, top_p=settings.top_p,
+                        top_k=settings.top_k, max_new_tokens=settings.max_new_tokens)  # fmt: skip
+        prov = provenance(run_id, policy, info, verifier, drawn)
+        writer = LogWriter(out, run_id=run_id, run_meta=provenance_meta(cfg, run_id, sample),
+                           provenance={policy: prov})  # fmt: skip
         params = SamplingParams(
             settings.max_new_tokens, settings.temperature, settings.top_p, settings.top_k
         )
@@ -217,9 +214,8 @@ def sample_to_store(
             (rollouts,) = backend.generate(
                 chunk, n=settings.n, params=params, seeds={policy: settings.seed}
             ).values()
-            verdicts = verify_rollouts(pool, verifier, rollouts)
-            groups = make_groups(rollouts, verdicts, Advantage.of(cfg.algo))
-            writer.write(policy, k, group_rows(groups, step=k, prov=prov))
+            groups, verdicts = verified_groups(pool, verifier, rollouts, Advantage.of(cfg.algo))
+            writer.write(policy, k, groups)
             writer.flush()  # each chunk on disk before the next: a kill loses at most one
             return sum(v.correct for vs in verdicts for v in vs), sum(len(vs) for vs in verdicts)
 

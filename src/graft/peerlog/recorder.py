@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.config import Config, to_dict
-from graft.store import Provenance, StoreWriter, group_rows
+from graft.peerlog.writer import LogWriter, provenance
 from graft.types import Group
 from graft.verify.registry import resolve_verifier
 
@@ -74,28 +74,13 @@ class Recorder:
             from graft.sandbox.doctor import summary
 
             meta["sandbox"] = summary()
-        self.writer = StoreWriter(
-            self.uri,
-            run_id=run_id,
-            run_meta=meta,
-            background=cfg.store.background,
-        )
-        r = cfg.rollout
         self.provenance = {
-            name: Provenance(
-                run_id=run_id,
-                model=name,
-                model_revision=info["model_revision"],
-                tokenizer=info["tokenizer"],
-                verifier=verifier,
-                verifier_version=judge.version,
-                temperature=r.temperature,
-                top_p=r.top_p,
-                top_k=r.top_k,
-                max_new_tokens=r.max_new_tokens,
-            )
+            name: provenance(run_id, name, info, verifier, cfg.rollout, version=judge.version)
             for name, info in policies.items()
         }
+        background = cfg.store.background
+        self.writer = LogWriter(self.uri, run_id=run_id, run_meta=meta,
+                                provenance=self.provenance, background=background)  # fmt: skip
 
     def record(
         self,
@@ -113,14 +98,8 @@ class Recorder:
             more = extra.get(name, ())
             gs = (*own, *(g for _, g in more))
             flags = [i in replaced.get(name, frozenset()) for i in range(len(gs))]
-            rows = group_rows(
-                gs,
-                step=step,
-                prov=self.provenance[name],
-                replaced=flags,
-                rounds=[0] * len(own) + [r for r, _ in more],
-            )
-            self.writer.write(name, step, rows)
+            rounds = [0] * len(own) + [r for r, _ in more]
+            self.writer.write(name, step, gs, replaced=flags, rounds=rounds)
 
     def note_cost(self, cumulative: Mapping[str, float]) -> None:
         """The run's cost so far (`cost/cum/...` metrics) into the store's run metadata."""
@@ -128,11 +107,11 @@ class Recorder:
 
     def rollback(self, next_step: int) -> None:
         """On resume: drop shards of steps at or after `next_step` (they are run again)."""
-        self.writer.rollback(after_step=next_step - 1)
+        self.writer.store.rollback(after_step=next_step - 1)
 
     @property
     def seconds_writing(self) -> float:
-        return self.writer.seconds_writing
+        return self.writer.store.seconds_writing
 
     def flush(self) -> None:
         self.writer.flush()
