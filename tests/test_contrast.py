@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graft.config import AlgoConfig
 from graft.models.modeling import score_sequences
 from graft.tasks import extra_prompts, prompt_batch
 from graft.training.contrast import Budget, has_contrast, settle, start
@@ -90,7 +91,9 @@ def test_drop_takes_the_flat_groups_out_of_the_loss_and_the_denominator(random_l
         _, kept = start(batch, Budget(mode=mode, want=3))
         random_lm.zero_grad(set_to_none=True)
         seqs = [q for g in kept for q in g.sequences]
-        stats = minibatch_backward(random_lm, seqs, UpdateSettings(micro_batch_size=3), pad_id=0)
+        stats = minibatch_backward(
+            random_lm, seqs, UpdateSettings(algo=AlgoConfig(micro_batch_size=3)), pad_id=0
+        )
         grads = [p.grad.clone() for p in random_lm.parameters() if p.grad is not None]
         out[mode] = (stats, grads)
     keep, drop = out["keep"][0], out["drop"][0]

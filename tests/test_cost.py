@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from graft.config import Config, load_config
+from graft.config import AlgoConfig, Config, load_config
 from graft.rundir import read_metrics
 from graft.sandbox import isolation_problem
 from graft.trainer import Trainer
@@ -72,7 +72,7 @@ def test_the_kl_reference_forward_is_counted_as_forward_tokens(random_lm):
             random_lm,
             optim,
             [TrainGroup("g", seqs)],
-            UpdateSettings(minibatches=1, kl_coef=kl),
+            UpdateSettings(algo=AlgoConfig(minibatches=1, kl_coef=kl)),
             pad_id=0,
             ref_model=random_lm if kl else None,
         )

@@ -22,7 +22,7 @@ def test_a_nan_minibatch_never_reaches_the_optimizer(random_lm, mode):
     groups = [TrainGroup("bad", tuple(nan)), TrainGroup("good", tuple(seqs[2:]))]
     before = [p.detach().clone() for p in random_lm.parameters()]
     opt = torch.optim.AdamW(random_lm.parameters(), lr=1e-2)
-    s = UpdateSettings(minibatches=2, micro_batch_size=2, nonfinite=mode)
+    s = UpdateSettings(algo=AlgoConfig(minibatches=2, micro_batch_size=2, nonfinite=mode))
     stats = train_on_batch(random_lm, opt, groups, s, pad_id=0)
     after = list(random_lm.parameters())
     assert all(bool(torch.isfinite(p).all()) for p in after)
@@ -35,11 +35,11 @@ def test_a_nan_minibatch_never_reaches_the_optimizer(random_lm, mode):
 
 
 def test_the_option_defaults_to_stop_and_is_checked():
-    assert AlgoConfig().nonfinite == "stop" == UpdateSettings().nonfinite
+    assert AlgoConfig().nonfinite == "stop" == UpdateSettings().algo.nonfinite
     s = UpdateSettings.from_config(
         AlgoConfig(nonfinite="skip"), Config().rollout, Config().models[0].optim
     )
-    assert s.nonfinite == "skip"
+    assert s.algo.nonfinite == "skip"
     with pytest.raises(ConfigError, match=r"^algo\.nonfinite: must be one of"):
         load_config(Config, None, ["algo.nonfinite=ignore"])
 
@@ -51,6 +51,6 @@ def test_finite_updates_report_no_count_unless_skipping(random_lm):
         random_lm, opt, [TrainGroup("q", tuple(seqs))], UpdateSettings(), pad_id=0
     )
     assert "optim/nonfinite_steps" not in stats  # the default's metrics are as they were
-    skip = UpdateSettings(nonfinite="skip")
+    skip = UpdateSettings(algo=AlgoConfig(nonfinite="skip"))
     stats = train_on_batch(random_lm, opt, [TrainGroup("q", tuple(seqs))], skip, pad_id=0)
     assert stats["optim/nonfinite_steps"] == 0.0

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from graft.cli import main
-from graft.config import ArithmeticConfig, Config, SftConfig
+from graft.config import AlgoConfig, ArithmeticConfig, Config, SftConfig
 from graft.config.lib import load_config
 from graft.groups import make_groups
 from graft.rundir import read_metrics
@@ -53,7 +53,7 @@ def test_sft_gradients_do_not_depend_on_the_micro_batch_split(random_lm):
     for micro in (16, 4):
         random_lm.zero_grad(set_to_none=True)
         stats = minibatch_backward(
-            random_lm, seqs, UpdateSettings(micro_batch_size=micro), pad_id=0
+            random_lm, seqs, UpdateSettings(algo=AlgoConfig(micro_batch_size=micro)), pad_id=0
         )
         grads[micro] = [p.grad.clone() for p in random_lm.parameters() if p.grad is not None]
         losses[micro] = stats["loss"]

@@ -6,6 +6,7 @@ from functools import partial
 import pytest
 import torch
 
+from graft.config import AlgoConfig
 from graft.models.modeling import score_sequences
 from graft.training.update import (
     UpdateSettings,
@@ -55,7 +56,7 @@ def test_micro_batches_with_accumulation_equal_one_minibatch(random_lm, mode):
     grads = {}
     for micro in (8, 2):
         random_lm.zero_grad(set_to_none=True)
-        s = UpdateSettings(micro_batch_size=micro, loss_agg=mode, loss_constant=10)
+        s = UpdateSettings(algo=AlgoConfig(micro_batch_size=micro, loss_agg=mode), loss_constant=10)
         stats = minibatch_backward(random_lm, seqs, s, pad_id=0)
         grads[micro] = _grads(random_lm)
         assert stats["tokens"] == sum(q.num_tokens for q in seqs)
@@ -71,7 +72,7 @@ def test_weights_scale_a_sequence_gradient(random_lm):
     half = [
         TrainSequence(q.prompt_ids, q.response_ids, q.old_logprobs, q.advantage, 0.5) for q in seqs
     ]
-    s = UpdateSettings(micro_batch_size=4)
+    s = UpdateSettings(algo=AlgoConfig(micro_batch_size=4))
     random_lm.zero_grad(set_to_none=True)
     full_stats = minibatch_backward(random_lm, seqs, s, pad_id=0)
     g_full = _grads(random_lm)
@@ -124,7 +125,7 @@ def test_train_on_batch_raises_logprob_of_positive_advantage_responses(random_lm
         TrainSequence(prompt, bad, before[1], advantage=-1.0),
     )
     opt = torch.optim.AdamW(random_lm.parameters(), lr=1e-2)
-    s = UpdateSettings(minibatches=1, micro_batch_size=2, epochs=3)
+    s = UpdateSettings(algo=AlgoConfig(minibatches=1, micro_batch_size=2, epochs=3))
     stats = train_on_batch(random_lm, opt, [TrainGroup("q", seqs)], s, pad_id=0)
     after = score_sequences(random_lm, [prompt, prompt], [good, bad], pad_id=0)
     assert sum(after[0]) > sum(before[0])
@@ -142,7 +143,9 @@ def test_luffy_and_sft_objectives_have_the_stated_gradients(random_lm):
     seq = _one_token_batch("pg")[0]
     logp = score_sequences(random_lm, [seq.prompt_ids], [seq.response_ids], pad_id=0)[0][0]
     p, g = torch.tensor(logp).exp().item(), 0.1
-    s = UpdateSettings(micro_batch_size=1, loss=replace(UpdateSettings().loss, luffy_gamma=g))
+    s = UpdateSettings(
+        algo=AlgoConfig(micro_batch_size=1), loss=replace(UpdateSettings().loss, luffy_gamma=g)
+    )
     for objective, expected_loss in (
         ("luffy", -1.0 * p / (p + g)),
         ("sft", -logp),
@@ -202,7 +205,7 @@ def test_kl_penalty_holds_the_policy_near_the_reference(random_lm):
         ref = copy.deepcopy(random_lm).requires_grad_(False)
         opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
         loss = replace(UpdateSettings().loss, clip_high=10.0)
-        s = UpdateSettings(minibatches=1, epochs=4, kl_coef=kl, loss=loss)
+        s = UpdateSettings(algo=AlgoConfig(minibatches=1, epochs=4, kl_coef=kl), loss=loss)
         stats = train_on_batch(model, opt, [TrainGroup("q", seqs)], s, pad_id=0, ref_model=ref)
         after = score_sequences(model, [prompt], [good], pad_id=0)
         moved[kl] = sum(after[0]) - sum(old[0])
@@ -222,7 +225,9 @@ def test_skipping_zero_advantage_responses_changes_no_gradient(random_lm):
     grads, stats = {}, {}
     for skip in (False, True):
         random_lm.zero_grad(set_to_none=True)
-        s = UpdateSettings(micro_batch_size=3, skip_zero_advantage=skip, sort_by_length=skip)
+        s = UpdateSettings(
+            algo=AlgoConfig(micro_batch_size=3, skip_zero_advantage=skip, sort_by_length=skip)
+        )
         stats[skip] = minibatch_backward(random_lm, zeroed, s, pad_id=0)
         grads[skip] = _grads(random_lm)
     for a, b in zip(grads[False], grads[True]):
@@ -263,7 +268,9 @@ def test_identical_responses_run_once_and_each_copy_keeps_its_own_loss(random_lm
     grads, stats, rows = {}, {}, {}
     for dedup in (False, True):
         random_lm.zero_grad(set_to_none=True)
-        s = UpdateSettings(micro_batch_size=64, dedup_responses=dedup, sort_by_length=dedup)
+        s = UpdateSettings(
+            algo=AlgoConfig(micro_batch_size=64, dedup_responses=dedup, sort_by_length=dedup)
+        )
         stats[dedup], rows[dedup] = _rows_run(
             random_lm, partial(minibatch_backward, random_lm, seqs, s, pad_id=0)
         )
@@ -320,7 +327,7 @@ def test_update_settings_default_to_the_configs_defaults_and_map_a_config():
         OptimConfig(grad_clip=2.0),
         ExchangeConfig(ablation=AblationConfig(peer_position="first", luffy_gamma=0.3)),
     )
-    got = (changed.loss.clip_high, changed.loss_constant, changed.dedup_responses,
+    got = (changed.loss.clip_high, changed.loss_constant, changed.algo.dedup_responses,
            changed.temperature)  # fmt: skip
     assert got == (0.5, 7, False, 0.7)
     assert (changed.grad_clip, changed.peer_position, changed.loss.luffy_gamma) == (

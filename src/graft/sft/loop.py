@@ -49,11 +49,10 @@ VAL_SUITE = "sft_val"
 
 def sft_backend(cfg: Config) -> Backend:
     """The one policy, its update one AdamW step per call over all the sequences it is given."""
-    specs = policy_specs(cfg)
-    specs = [
-        dataclasses.replace(s, update=dataclasses.replace(s.update, minibatches=1, epochs=1))
-        for s in specs
-    ]
+    specs = []
+    for s in policy_specs(cfg):
+        algo = dataclasses.replace(s.update.algo, minibatches=1, epochs=1)
+        specs.append(dataclasses.replace(s, update=dataclasses.replace(s.update, algo=algo)))
     return make_backend(specs, cfg.run.backend, ray_strategy=cfg.run.ray_strategy)
 
 

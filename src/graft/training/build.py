@@ -65,7 +65,8 @@ class PolicySpec:
         if settings is None:
             settings = UpdateSettings.from_config(self.algo, self.rollout, self.model.optim)
         if self.model.activation_checkpointing:
-            settings = dataclasses.replace(settings, share_prompts=False)
+            algo = dataclasses.replace(settings.algo, share_prompts=False)
+            settings = dataclasses.replace(settings, algo=algo)
         return settings
 
 

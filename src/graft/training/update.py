@@ -42,32 +42,20 @@ from graft.types import TrainGroup, TrainSequence
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """What one policy's update needs from the config (`from_config` maps a config onto these
-    fields; the defaults are the config's, a test keeps them so)."""
+    """What one policy's update needs from the config (`from_config`): the `algo` section as it
+    is (minibatches, micro-batch size, epochs, KL, loss reduction, the skipping and sharing of
+    work, the non-finite rule), the policy losses' settings built from it once (`loss`), and
+    what the update takes from elsewhere. The defaults are the config's."""
 
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
     loss: LossSettings = field(default_factory=lambda: LossSettings.of(AlgoConfig()))
     """What the policy losses read (clipping, the ratio, LUFFY's gamma)."""
-    loss_agg: str = "token-mean"
     loss_constant: int = 0
-    minibatches: int = 4
-    micro_batch_size: int = 32
-    epochs: int = 1
-    kl_coef: float = 0.0
+    """The `constant` reduction's normaliser: `algo.loss_constant`, else the rollout's length."""
     peer_position: str = "last"
     """Where minibatches holding peer groups go: `last` (GRAFT), `first`, `uniform` (shuffled)."""
     grad_clip: float = 1.0
     temperature: float = 1.0
-    skip_zero_advantage: bool = True
-    """Skip the forward/backward of responses with exactly zero gradient (see _zero_gradient)."""
-    sort_by_length: bool = True
-    """Cut micro-batches from length-sorted responses (less padding; same sum)."""
-    share_prompts: bool = True
-    """Run each distinct prompt of a micro-batch once and attach its KV cache to its responses."""
-    dedup_responses: bool = True
-    """Run each distinct (prompt, response) of a micro-batch once; every copy keeps its own loss."""
-    nonfinite: str = "stop"
-    """A NaN/inf loss or gradient norm: no optimizer step; `stop` ends the update there, `skip`
-    goes on with the next minibatch (both counted in optim/nonfinite_steps)."""
 
     @classmethod
     def from_config(
@@ -82,28 +70,13 @@ class UpdateSettings:
         `exchange`'s peer position and LUFFY gamma."""
         exchange = exchange or ExchangeConfig()
         return cls(
-            **{name: getattr(algo, name) for name in _SAME_AS_ALGO},
+            algo=algo,
             loss=LossSettings.of(algo, exchange),
             loss_constant=algo.loss_constant or rollout.max_new_tokens,
             peer_position=exchange.ablation.peer_position,
             grad_clip=optim.grad_clip,
             temperature=rollout.temperature,
         )
-
-
-_SAME_AS_ALGO = (
-    "loss_agg",
-    "minibatches",
-    "micro_batch_size",
-    "epochs",
-    "kl_coef",
-    "skip_zero_advantage",
-    "sort_by_length",
-    "share_prompts",
-    "dedup_responses",
-    "nonfinite",
-)
-"""The settings copied unchanged from `algo`, under the same names."""
 
 
 def order_groups(
@@ -157,8 +130,8 @@ def _micro_loss(
                 responses,
                 pad_id=pad_id,
                 temperature=settings.temperature,
-                share_prompts=settings.share_prompts,
-                dedup_responses=settings.dedup_responses,
+                share_prompts=settings.algo.share_prompts,
+                dedup_responses=settings.algo.dedup_responses,
             )
 
     logp_BT = logprobs(model)
@@ -170,7 +143,7 @@ def _micro_loss(
         old_BT[b, : q.num_tokens] = torch.tensor(q.old_logprobs, dtype=old_BT.dtype)
     old_BT = old_BT.to(dev)
     ref_BT = None
-    if ref_model is not None and settings.kl_coef > 0:
+    if ref_model is not None and settings.algo.kl_coef > 0:
         with torch.no_grad():
             ref_BT = logprobs(ref_model)
     rows = Rows(
@@ -183,7 +156,7 @@ def _micro_loss(
     objective_B = [q.objective for q in seqs]
     terms = policy_objective(
         rows, objective_B, weight_B, coef_B, settings.loss, ref_logp_BT=ref_BT,
-        kl_coef=settings.kl_coef,
+        kl_coef=settings.algo.kl_coef,
     )  # fmt: skip
     return terms.loss, _micro_stats(terms, mask_BT, seqs)
 
@@ -215,7 +188,7 @@ def sequence_coefficients(
     return loss_coefficients(
         torch.tensor([q.num_tokens for q in sequences], dtype=torch.long),
         torch.tensor([POLICY_LOSSES[q.objective].supervised for q in sequences], dtype=torch.bool),
-        mode=settings.loss_agg,
+        mode=settings.algo.loss_agg,
         constant=settings.loss_constant,
     )
 
@@ -225,8 +198,8 @@ def _zero_gradient(q: TrainSequence, settings: UpdateSettings) -> bool:
     (or LUFFY) term, with no KL term. Its forward and backward can be skipped exactly; its tokens
     still count in the token-mean denominator."""
     return (
-        settings.skip_zero_advantage
-        and settings.kl_coef == 0
+        settings.algo.skip_zero_advantage
+        and settings.algo.kl_coef == 0
         and not POLICY_LOSSES[q.objective].supervised
         and q.advantage == 0
     )
@@ -270,13 +243,15 @@ def minibatch_backward(
     totals["skipped_tokens"] = float(sum(skipped))
     run = float(sum(len(sequences[i].prompt_ids) + sequences[i].num_tokens for i in keep))
     totals["train_tokens"] = run  # what the passes below run, over all ranks (cost)
-    if ref_model is not None and settings.kl_coef > 0:
+    if ref_model is not None and settings.algo.kl_coef > 0:
         totals["ref_tokens"] = run
-    if settings.sort_by_length:  # less padding; the sum over sequences does not depend on the order
+    if (
+        settings.algo.sort_by_length
+    ):  # less padding; the sum over sequences does not depend on the order
         keep.sort(key=lambda i: _length_key(sequences[i]))
     chunks = [
-        keep[i : i + settings.micro_batch_size]
-        for i in range(0, len(keep), settings.micro_batch_size)
+        keep[i : i + settings.algo.micro_batch_size]
+        for i in range(0, len(keep), settings.algo.micro_batch_size)
     ]
     micro_totals: dict[str, float] = {}
     mine = my_chunks(chunks, shard)
@@ -288,7 +263,9 @@ def minibatch_backward(
         else:
             weight = 1.0
         micro = [sequences[i] for i in idx]
-        if settings.dedup_responses and weight:  # copies run once; counted for train/duplicate_frac
+        if (
+            settings.algo.dedup_responses and weight
+        ):  # copies run once; counted for train/duplicate_frac
             dup = float(duplicate_tokens(micro))
             micro_totals["duplicate_tokens"] = micro_totals.get("duplicate_tokens", 0.0) + dup
         coef = coef_B[idx] if weight else coef_B[idx] * 0.0
@@ -338,14 +315,14 @@ def train_on_batch(
     groups)."""
     precision = precision or Precision()
     ordered = order_groups(groups, peer_position=settings.peer_position, seed=seed)
-    minibatches = split_minibatches(ordered, settings.minibatches)
+    minibatches = split_minibatches(ordered, settings.algo.minibatches)
     params = [p for p in model.parameters() if p.requires_grad]
     sums: dict[str, float] = {}
     grad_norms: list[float] = []
     nonfinite = passes = 0
     spent = {"train_tokens": 0.0, "ref_tokens": 0.0}  # run, whether or not the step is taken
     lr = optimizer.param_groups[0]["lr"]
-    for _ in range(settings.epochs):
+    for _ in range(settings.algo.epochs):
         for mb in minibatches:
             sequences = [q for g in mb for q in g.sequences]
             if not sequences:
@@ -371,7 +348,7 @@ def train_on_batch(
             if not _finite_step(norm, stats, precision):
                 optimizer.zero_grad(set_to_none=True)  # never reaches optimizer.step
                 nonfinite += 1
-                if settings.nonfinite == "stop":
+                if settings.algo.nonfinite == "stop":
                     break
                 continue
             grad_norms.append(norm)
@@ -381,7 +358,7 @@ def train_on_batch(
             stats["fwd_bwd_s"] = t1 - t0
             stats["optim_s"] = time.perf_counter() - t1
             _accumulate(sums, stats)
-        if nonfinite and settings.nonfinite == "stop":
+        if nonfinite and settings.algo.nonfinite == "stop":
             break
     optimizer.zero_grad(set_to_none=True)
     return _update_metrics(
@@ -420,7 +397,7 @@ def _update_metrics(
         "grad_norm_max": max(grad_norms, default=0.0),
         "optim/steps": float(len(grad_norms)),
         "optim/lr": float(lr),
-        "train/tokens": tokens / settings.epochs,
+        "train/tokens": tokens / settings.algo.epochs,
         "train/skipped_frac": sums.get("skipped_tokens", 0.0) / tokens,
         "train/duplicate_frac": sums.get("duplicate_tokens", 0.0) / tokens,
         "time/fwd_bwd_s": sums.get("fwd_bwd_s", 0.0),
@@ -430,12 +407,14 @@ def _update_metrics(
     }
     if shard.sharded:  # ranks that had no sequence to train on, per minibatch pass
         out["shard/idle_rank_frac"] = spent["idle_ranks"] / max(passes * shard.world, 1)
-    if nonfinite or settings.nonfinite == "skip":  # NaN/inf loss or gradient norm: steps not taken
+    if (
+        nonfinite or settings.algo.nonfinite == "skip"
+    ):  # NaN/inf loss or gradient norm: steps not taken
         out["optim/nonfinite_steps"] = float(nonfinite)
     if precision.scaler is not None:  # float16 compute: steps the loss scaler skipped (overflow)
         out["optim/skipped_steps"] = sums.get("skipped_steps", 0.0)
     if peer_tokens > 0:
         out["loss/peer_clip_frac"] = sums.get("peer_clipped", 0.0) / peer_tokens
-    if settings.kl_coef > 0:
+    if settings.algo.kl_coef > 0:
         out["loss/kl"] = sums.get("kl_sum", 0.0) / tokens
     return out
