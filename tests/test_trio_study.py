@@ -221,3 +221,23 @@ def test_the_recorded_answer_is_one_line_per_question_from_the_results():
     assert "llama from gpt2 (`max`) 0.50 [" in lines[4]
     assert len(lines) == 6 and lines[5].endswith("not run")
     assert "not recorded yet" in trio_lines(None)[0]
+
+
+def test_the_code_runs_what_the_second_design_fixed():
+    """docs/evidence.md's second three-model design names the seeds, the presets' mixes, gpt2's
+    pre-training and the exploratory receiver-relative runs: the code holds the same."""
+    from pathlib import Path
+
+    from graft.models.tiny_specs import TRIO_GPT2_STEPS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "evidence.md").read_text()
+    design = text.split("## Three models, second design")[1].split("\n## ")[0]
+    first = text.split("## Three models: other pairs")[1].split("\n## ")[0]
+    assert "Seeds reported: 20, 21, 22, 23, 24" in first and SEEDS == (20, 21, 22, 23, 24)
+    assert "**300 steps**" in design and TRIO_GPT2_STEPS == 300
+    assert "pre-trained 99.8/0.1/0.1" in design
+    for model in ("llama", "qwen"):
+        assert sorted(TINY_PRESETS[PRESETS[model]].skill_weights) == [0.001, 0.001, 0.998]
+    assert sorted(TINY_PRESETS[PRESETS["gpt2"]].skill_weights) == [0.005, 0.005, 0.99]
+    assert "`graftrr_<a>_<b>`" in design and "weight=receiver_relative" in design
+    assert all(f"`{arm}`" in first for arm in TRADE)
