@@ -241,3 +241,21 @@ def test_the_code_runs_what_the_second_design_fixed():
     assert sorted(TINY_PRESETS[PRESETS["gpt2"]].skill_weights) == [0.005, 0.005, 0.99]
     assert "`graftrr_<a>_<b>`" in design and "weight=receiver_relative" in design
     assert all(f"`{arm}`" in first for arm in TRADE)
+
+
+def test_a_cell_without_a_verdict_says_so_not_inside_the_noise():
+    """One seed gives no verdict: the results table and the demo's line say "no verdict", never
+    "inside the noise"."""
+    from graft.evidence.recorded import trio_lines
+    from graft.evidence.trio_report import primary, reduce
+    from graft.evidence.trio_text import _primary_lines
+
+    table = _table({})
+    one = {r: {m: {20: by[20]} for m, by in models.items()} for r, models in table.items()}
+    cells = primary(one)
+    rows = _primary_lines({"primary": cells})
+    assert all("no verdict (one seed)" in r for r in rows[2:]), rows[2]
+    result = {"seeds": [20], "primary": cells, "secondary": {}, "retention": {},
+              "trade": {}, "commits": ["abc1234"]}  # fmt: skip
+    line = trio_lines(reduce(result))[2]
+    assert "no verdict: 1 seed(s)" in line and "inside the noise" not in line

@@ -21,6 +21,7 @@ from typing import Any
 from graft.errors import DataError
 from graft.evidence.compare_report import final_point, fmt_interval
 from graft.evidence.pairs import MODELS, PAIRS
+from graft.evidence.stats import MIN_SEEDS
 
 RECORDED_DIR = Path(__file__).parent / "recorded"
 SHOWN = "GRAFT (paper weight)"
@@ -220,11 +221,13 @@ def reuse_lines(recorded: Mapping[str, Any] | None) -> list[str]:
 
 
 def _cells(cells: list[Mapping[str, Any]]) -> str:
-    return "; ".join(
-        f"{c['model']} `{c['skill']}` {fmt_interval(c)}"
-        f" ({'significant' if c['significant'] else 'inside the noise'})"
-        for c in cells
-    )
+    def verdict(c: Mapping[str, Any]) -> str:
+        if c["significant"]:
+            return "significant"
+        n = c.get("n") or 0
+        return "inside the noise" if n >= MIN_SEEDS else f"no verdict: {n} seed(s)"
+
+    return "; ".join(f"{c['model']} `{c['skill']}` {fmt_interval(c)} ({verdict(c)})" for c in cells)
 
 
 def trio_lines(recorded: Mapping[str, Any] | None) -> list[str]:

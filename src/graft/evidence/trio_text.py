@@ -18,7 +18,10 @@ def _primary_lines(result: Mapping[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for c in result["primary"]:
+        why = (c["interval"] or {}).get("no_verdict")
         verdict = "significant" if c.get("significant") else "inside the noise"
+        if why:
+            verdict = f"no verdict ({why})"
         holm_p = f"{c['holm_p']:.4f}" if "holm_p" in c else "-"
         seeds = ", ".join(pct(d) for d in c["per_seed"]) or "-"
         lines.append(
