@@ -8,7 +8,7 @@ the staleness curve (`staleness.png`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -478,10 +478,19 @@ def run_and_write(out: Path, s: DemoSettings | None = None) -> list[Path]:
     files[0].write_text(json.dumps(result, indent=2, sort_keys=True))
     files[1].write_text(markdown(result, result["commits"]))
     staleness_plot(result, files[2])
+    return write_recorded(out, reduce, result, files)
+
+
+def write_recorded(
+    out: Path, reduce: Callable[[Mapping[str, Any]], dict[str, Any]],
+    result: Mapping[str, Any], files: list[Path],
+) -> list[Path]:  # fmt: skip
+    """A study's recorded answer (`reduce(result)`) as OUT/recorded.json, added to `files`;
+    nothing recorded, said in one line, where the runs ran at a dirty tree."""
     try:
         (out / "recorded.json").write_text(json.dumps(reduce(result), indent=1) + "\n")
         files.append(out / "recorded.json")
-    except DataError as err:  # runs at a dirty tree: nothing to record
+    except DataError as err:
         print(f"not recorded: {err}")
     return files
 

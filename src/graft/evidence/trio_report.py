@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graft.errors import DataError
 from graft.evidence.compare import load_units
 from graft.evidence.compute_axis import interpolate
 from graft.evidence.demo import DemoSettings
@@ -28,6 +27,7 @@ from graft.evidence.reuse_report import (
     last_value,
     run_seconds,
     skill_key,
+    write_recorded,
 )
 from graft.evidence.stats import bootstrap_ratio
 from graft.evidence.trio import (
@@ -435,9 +435,4 @@ def run_and_write(out: Path, s: DemoSettings | None = None) -> list[Path]:
     files[1].write_text(markdown(result, result["commits"]))
     gains_plot(result, files[2])
     staleness_plot(result, files[3])
-    try:
-        (out / "recorded.json").write_text(json.dumps(reduce(result), indent=1) + "\n")
-        files.append(out / "recorded.json")
-    except DataError as err:  # runs at a dirty tree: nothing to record
-        print(f"not recorded: {err}")
-    return files
+    return write_recorded(out, reduce, result, files)
